@@ -1,0 +1,27 @@
+# Two commands a new user needs (README): `make demo` and `make test`.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+export WANDB_SILENT := true
+
+.PHONY: setup demo test bench clean
+
+$(BIN)/fedbench: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e ".[test]"
+	touch $@
+
+setup: $(BIN)/fedbench
+
+demo: setup   ## a default federation on the embedded digits data (no download)
+	$(BIN)/fedbench rounds=20
+
+test: setup   ## the whole test suite
+	$(BIN)/python -m pytest -q
+
+bench: setup  ## executor throughput and fraction of the machine's FLOP bound
+	$(BIN)/python scripts/bench.py
+
+clean:
+	rm -rf outputs .cache .pytest_cache

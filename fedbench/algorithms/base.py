@@ -1,0 +1,121 @@
+"""The algorithm interface and the FedAvg-shaped helpers every method builds on.
+
+An algorithm is the paper's math: per-client local objectives (run by the executor) and a
+server rule over stacked client results. It never writes a training loop of its own:
+``self.local_train`` runs any local objective for any set of clients, with either executor.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import torch
+
+from ..engine.executor import LocalJob, LocalResult
+from ..engine.functional import cross_entropy
+from ..engine.optim import OptimSpec
+from ..engine.schedule import make_schedule
+from ..engine.stack import Stack, broadcast, rows, set_rows
+
+
+class Algorithm:
+    """Base class. Subclasses set ``name`` and implement :meth:`setup` and :meth:`round`.
+
+    ``state_attrs`` lists the attributes that make up the algorithm's state (saved in checkpoints).
+    """
+
+    name = "base"
+    state_attrs: tuple[str, ...] = ()
+
+    def __init__(self, run):
+        self.run = run
+        self.cfg = run.cfg
+        self.hp = run.cfg.algorithm          # this algorithm's hyperparameters (conf/algorithm/<name>.yaml)
+        self.fm = run.fm
+        self.data = run.data
+        self.executor = run.executor
+        self.seed = int(run.cfg.seed)
+        self.K = self.data.num_clients
+        self.n = self.data.train_sizes()     # n_k, local training set sizes
+        self.opt = OptimSpec.from_cfg(run.cfg.optim)
+        self.opt_state: Stack | None = None  # per-client optimizer state when optim.persistent_state
+
+    # ---- life cycle -------------------------------------------------------------------------
+    def setup(self) -> None:
+        """Create the initial server/client state."""
+
+    def round(self, t: int, clients: torch.Tensor) -> dict:
+        """Run round ``t`` for the sampled ``clients``; return metrics to log."""
+        raise NotImplementedError
+
+    def global_model(self) -> tuple[Stack, Stack] | None:
+        """(params, buffers) of the global model, evaluated on the global test set; None if there is none."""
+        return None
+
+    def client_models(self, clients: torch.Tensor, t: int) -> tuple[Stack, Stack] | None:
+        """Stacked personalized models of ``clients`` (evaluated on their own test splits)."""
+        g = self.global_model()
+        return None if g is None else (broadcast(g[0], len(clients)), broadcast(g[1], len(clients)))
+
+    def finish(self, run_dir) -> dict:
+        """Called once after the last round; may write extra artefacts and return extra summary entries."""
+        return {}
+
+    # ---- state --------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {a: getattr(self, a) for a in ("opt_state", *self.state_attrs)}
+
+    def load_state_dict(self, state: dict) -> None:
+        for a, v in state.items():
+            setattr(self, a, v)
+
+    # ---- helpers ------------------------------------------------------------------------------
+    def initial_model(self) -> tuple[Stack, Stack]:
+        return self.run.initial_params, self.run.initial_buffers
+
+    def local_train(self, t: int, clients: torch.Tensor, params: Stack, buffers: Stack, *,
+                    loss: Callable = cross_entropy, trainable: list[str] | None = None, epochs: int | None = None,
+                    steps: int | None = None, ctx: Stack | None = None, shared: dict | None = None,
+                    opt: OptimSpec | None = None, indices: list[np.ndarray] | None = None, batch_size: int | None = None,
+                    purpose: str = "train", sample_weights: list[np.ndarray] | None = None,
+                    persistent_state: bool | None = None) -> LocalResult:
+        """Train the stacked models of ``clients`` on their local data with the executor.
+
+        Defaults: all parameters, ``local_epochs`` epochs of ``batch_size`` mini-batches of the
+        clients' training sets, the run's optimizer, cross-entropy. ``purpose`` keys the batch
+        order, so different phases of one round draw different batches.
+        """
+        ids = [int(k) for k in clients]
+        trainable = self.fm.param_names if trainable is None else list(trainable)
+        if epochs is None and steps is None:
+            epochs = int(self.cfg.local_epochs)
+        if indices is None:
+            indices = [self.data.train_idx[k] for k in ids]
+        schedule = make_schedule(indices, ids, batch_size or int(self.cfg.batch_size), self.seed, purpose, t,
+                                 epochs=epochs, steps=steps, drop_last=bool(self.cfg.drop_last),
+                                 weights=sample_weights, device=self.data.x.device)
+        opt = opt or self.opt
+        persistent = bool(self.cfg.optim.persistent_state) if persistent_state is None else persistent_state
+        state = None
+        if persistent and purpose == "train":
+            if self.opt_state is None:
+                from ..engine.optim import init_state
+
+                full = broadcast(self.initial_model()[0], 1)
+                self.opt_state = {k: v.repeat(self.K, *([1] * (v.dim() - 1))) for k, v in
+                                  init_state(opt, full, self.fm.param_names, lead=(1,)).items()}
+            sel = torch.tensor(ids)
+            state = {k: v for k, v in rows(self.opt_state, sel).items() if k.split(":", 1)[-1] in set(trainable) or k == "step"}
+        job = LocalJob(self.fm, params, buffers, trainable, schedule, self.data.x, self.data.y, opt, state,
+                       loss, ctx or {}, shared or {})
+        res = self.executor.train(job)
+        if state is not None:
+            set_rows(self.opt_state, torch.tensor(ids), res.opt_state)
+        self.run.check_finite(t, ids, res)
+        return res
+
+    def aggregate(self, stack: Stack, clients: torch.Tensor) -> Stack:
+        """FedAvg: the average weighted by local training-set sizes n_k (McMahan et al. 2017, Eq. 1)."""
+        from ..engine.stack import weighted_mean
+
+        return weighted_mean(stack, self.n[clients.long()])

@@ -1,0 +1,66 @@
+"""FedAvg (McMahan et al., AISTATS 2017) and Local (no communication)."""
+from __future__ import annotations
+
+from ..engine.stack import broadcast, rows, set_rows
+from . import register
+from .base import Algorithm
+
+
+@register
+class FedAvg(Algorithm):
+    """Clients run E epochs of SGD from the global model; the server averages weighted by n_k."""
+
+    name = "fedavg"
+    state_attrs = ("w", "bn")
+
+    def setup(self):
+        self.w, self.bn = self.initial_model()   # global parameters and buffers
+
+    def round(self, t, clients):
+        m = len(clients)
+        res = self.local_train(t, clients, broadcast(self.w, m), broadcast(self.bn, m))
+        self.w = self.aggregate(res.params, clients)
+        self.bn = self.aggregate(res.buffers, clients)
+        return {"train/loss": res.loss.mean().item()}
+
+    def global_model(self):
+        return self.w, self.bn
+
+
+@register
+class Local(Algorithm):
+    """Each client trains its own model on its own data only (the "Local" rows of the papers)."""
+
+    name = "local"
+    state_attrs = ("P", "B")
+
+    def setup(self):
+        w, bn = self.initial_model()
+        self.P, self.B = broadcast(w, self.K), broadcast(bn, self.K)
+
+    def round(self, t, clients):
+        res = self.local_train(t, clients, rows(self.P, clients), rows(self.B, clients))
+        set_rows(self.P, clients, res.params)
+        set_rows(self.B, clients, res.buffers)
+        return {"train/loss": res.loss.mean().item()}
+
+    def client_models(self, clients, t):
+        return rows(self.P, clients), rows(self.B, clients)
+
+
+@register
+class FedAvgFT(FedAvg):
+    """FedAvg whose global model each client fine-tunes locally before its personalized evaluation."""
+
+    name = "fedavg_ft"
+
+    def client_models(self, clients, t):
+        m = len(clients)
+        opt = self.opt.replace(lr=float(self.hp.ft_lr))
+        res = self.local_train(t, clients, broadcast(self.w, m), broadcast(self.bn, m), opt=opt, purpose="finetune",
+                               epochs=None if self.hp.ft_steps else int(self.hp.ft_epochs),
+                               steps=int(self.hp.ft_steps) if self.hp.ft_steps else None)
+        return res.params, res.buffers
+
+
+__all__ = ["FedAvg", "Local", "FedAvgFT"]

@@ -1,0 +1,125 @@
+"""The ``fedbench`` command: Hydra's CLI plus one-line errors for bad input.
+
+Before handing over to Hydra, overrides are checked against the config tree, so an unknown
+group option, an unknown key or a bad value is reported as one line (key, value, what is
+allowed) with exit code 2, before anything runs — for every value of a multirun sweep too.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from .errors import ConfigError, RunFailed
+
+CONF_DIR = Path(os.environ.get("FEDBENCH_CONF", Path(__file__).resolve().parent.parent / "conf"))
+GROUPS = ("algorithm", "dataset", "partition", "model", "hardware", "logger", "experiment")
+
+
+def options(group: str) -> list[str]:
+    """Options of a config group: yaml files under conf/<group>/, nested paths included."""
+    root = CONF_DIR / group
+    return sorted(str(p.relative_to(root).with_suffix("")) for p in root.rglob("*.yaml"))
+
+
+def fail(msg: str, code: int = 2):
+    print(f"fedbench: {msg}", file=sys.stderr)
+    sys.exit(code)
+
+
+def _values(o) -> list[str]:
+    if o.is_sweep_override():
+        return [str(v) for v in o.sweep_string_iterator()]
+    return [o.value() if isinstance(o.value(), str) else o.get_value_element_as_str()]
+
+
+def precheck(args: list[str]) -> None:
+    """Check the command line's overrides; exit 2 with one line on the first bad one."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+
+    from .config import validate
+
+    raw = [a for a in args if "=" in a and not a.startswith("-")]
+    try:
+        parsed = OverridesParser.create().parse_overrides(raw)
+    except HydraException as e:
+        fail(f"cannot parse overrides: {str(e).splitlines()[0]}")
+    groups, keys = [], []
+    for o in parsed:
+        key = o.key_or_group
+        if key.startswith("hydra") or o.is_delete():
+            continue
+        if key in GROUPS:
+            allowed = options(key)
+            for v in _values(o):
+                if v not in allowed:
+                    fail(f"invalid config: {key}={v!r} — one of {', '.join(allowed)}")
+            groups.append(o)
+        else:
+            keys.append(o)
+    base = [f"{'+' if o.is_add() else ''}{o.key_or_group}={_values(o)[0]}" for o in groups]
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        try:
+            cfg = compose("config", overrides=base)
+        except HydraException:
+            return  # let Hydra report what it cannot compose
+        for o in keys:
+            if not (o.is_add() or o.is_force_add()) and OmegaConf.select(cfg, o.key_or_group, default="<missing>") == "<missing>":
+                fail(f"invalid config: unknown key {o.key_or_group!r} — see `fedbench --cfg job` for the keys "
+                     f"(use +{o.key_or_group}=... to add a new one)")
+        # vary one override at a time over its sweep values; every resulting config must validate
+        singles = [f"{'+' if o.is_add() else ''}{o.key_or_group}={_values(o)[0]}" for o in keys]
+        todo = [base + singles]
+        for i, o in enumerate(groups + keys):
+            for v in _values(o)[1:]:
+                combo = list(base + singles)
+                combo[i] = f"{'+' if o.is_add() else ''}{o.key_or_group}={v}"
+                todo.append(combo)
+        for combo in todo:
+            try:
+                validate(compose("config", overrides=combo))
+            except ConfigError as e:
+                fail(str(e))
+            except HydraException as e:
+                fail(f"invalid config: {str(e).splitlines()[0]}")
+    GlobalHydra.instance().clear()
+
+
+@hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
+def _task(cfg: DictConfig):
+    from .run import Run
+
+    hc = HydraConfig.get()
+    multirun = hc.mode is not None and hc.mode.name == "MULTIRUN"
+    group = Path(hc.sweep.dir).name if multirun else None
+    try:
+        summary = Run(cfg, hc.runtime.output_dir, group=group).execute()
+    except ConfigError as e:
+        fail(str(e), 2)
+    except RunFailed as e:
+        if multirun:  # one diverged run must not stop the sweep; it is marked failed in its dir
+            print(f"fedbench: run failed: {e}", file=sys.stderr)
+            return None
+        fail(f"run failed: {e}", 1)
+    return summary.get("metrics")
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    if not any(a in ("--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc") or a.startswith("--info")
+               for a in args):
+        precheck(args)
+    _task()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""Config checks made before any data is loaded or any training starts.
+
+Each check names the key, the bad value and what is allowed (one line, exit code 2). Checks that
+need the data (more clients than samples, a model that does not fit the input shape, missing
+data roots, ...) are made by the dataset, partition and model builders, still before training.
+The README's "Config checks" table lists them all.
+"""
+from __future__ import annotations
+
+import math
+import re
+
+from omegaconf import OmegaConf
+
+from .errors import ConfigError
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v) -> bool:
+    return (isinstance(v, (int, float)) and not isinstance(v, bool)) and math.isfinite(v)
+
+
+def int_at_least(lo: int):
+    return lambda v: _is_int(v) and v >= lo, f"an integer >= {lo}"
+
+
+def number(lo=None, hi=None, lo_open=False, hi_open=False, optional=False):
+    def ok(v):
+        if v is None:
+            return optional
+        if not _is_num(v):
+            return False
+        if lo is not None and (v <= lo if lo_open else v < lo):
+            return False
+        if hi is not None and (v >= hi if hi_open else v > hi):
+            return False
+        return True
+
+    lb = "(" if lo_open else "["
+    rb = ")" if hi_open else "]"
+    rng = f"{lb}{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}{rb}"
+    return ok, f"a number in {rng}" + (" or null" if optional else "")
+
+
+def one_of(*choices):
+    return lambda v: v in choices, "one of " + ", ".join(map(str, choices))
+
+
+def boolean():
+    return lambda v: isinstance(v, bool), "true or false"
+
+
+def device():
+    return lambda v: isinstance(v, str) and re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", v) is not None, "auto, cpu, cuda or cuda:<index>"
+
+
+CHECKS: dict[str, tuple] = {
+    "seed": int_at_least(0),
+    "rounds": int_at_least(1),
+    "clients": int_at_least(1),
+    "participation": number(0, 1, lo_open=True),
+    "local_epochs": int_at_least(1),
+    "batch_size": int_at_least(1),
+    "drop_last": boolean(),
+    "lr": number(0, None, lo_open=True),
+    "eval_every": int_at_least(1),
+    "optim.name": one_of("sgd", "adam"),
+    "optim.momentum": number(0, 1, hi_open=True),
+    "optim.weight_decay": number(0, None),
+    "optim.nesterov": boolean(),
+    "optim.clip_grad_norm": number(0, None, lo_open=True, optional=True),
+    "optim.persistent_state": boolean(),
+    "eval.final_window": int_at_least(1),
+    "eval.personalized": boolean(),
+    "eval.global_model": boolean(),
+    "checkpoint.every": int_at_least(0),
+    "hardware.device": device(),
+    "hardware.executor": one_of("auto", "sequential", "vectorized"),
+    "hardware.precision": one_of("fp32", "bf16", "fp64"),
+    "hardware.threads": (lambda v: v is None or (_is_int(v) and v >= 1), "null or an integer >= 1"),
+    "hardware.deterministic": boolean(),
+    "hardware.channels_last": boolean(),
+    "logger.wandb.mode": one_of("auto", "online", "offline", "disabled"),
+    "logger.console": boolean(),
+    "logger.jsonl": boolean(),
+}
+
+
+def validate(cfg) -> None:
+    """Raise :class:`ConfigError` for the first bad value among the static checks."""
+    for key, (ok, allowed) in CHECKS.items():
+        value = OmegaConf.select(cfg, key, default="<missing>")
+        if value == "<missing>":
+            continue  # optional sections (e.g. checkpoint) may be absent in old configs
+        if not ok(value):
+            raise ConfigError(key, value, allowed)
+    if cfg.optim.nesterov and cfg.optim.momentum <= 0:
+        raise ConfigError("optim.nesterov", True, "needs optim.momentum > 0")
+    from .algorithms import ALGORITHMS
+    from .data.datasets import DATASETS
+    from .models import MODELS
+
+    for key, registry in (("algorithm.name", ALGORITHMS), ("dataset.name", DATASETS), ("model.name", MODELS)):
+        value = OmegaConf.select(cfg, key)
+        if value not in registry:
+            raise ConfigError(key, value, "one of " + ", ".join(sorted(registry)))

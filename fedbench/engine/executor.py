@@ -1,0 +1,201 @@
+"""Executors run the local objectives of a round's clients.
+
+``sequential`` (the reference) trains one client after another; ``vectorized`` trains all of them
+at once: parameters stacked on a leading client axis, the per-client loss mapped with
+``torch.func.vmap``, the summed loss differentiated, one elementwise optimizer step on the stacks.
+Clients whose schedules differ in length or batch size are grouped per step (never padded), so BatchNorm
+statistics and optimizer states match the sequential run exactly.
+On a 2-core CPU the sequential loop is about 2x faster (vmapped convolutions become grouped
+convolutions); on a GPU stacking removes launch overhead. ``executor=auto`` picks accordingly.
+"""
+from __future__ import annotations
+
+import contextlib
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+from torch.func import vmap
+
+from . import optim
+from .functional import FModel, cross_entropy
+from .stack import Stack, clone, row, rows, set_rows
+
+
+@dataclass
+class LocalJob:
+    """Local training of M clients. Every stack has a leading client axis of size M."""
+
+    fm: FModel
+    params: Stack
+    buffers: Stack
+    trainable: list[str]
+    schedule: list[list[torch.Tensor]]   # per client: index tensors (into x/y) of its steps
+    x: torch.Tensor
+    y: torch.Tensor
+    opt: optim.OptimSpec
+    opt_state: Stack | None = None      # persisted optimizer state (or None: fresh)
+    loss: Callable = cross_entropy      # loss(fm, params, buffers, x, y, ctx) -> scalar, for ONE client
+    ctx: Stack = field(default_factory=dict)      # per-client constants [M, ...]
+    shared: dict = field(default_factory=dict)    # constants common to all clients
+
+
+@dataclass
+class LocalResult:
+    params: Stack
+    buffers: Stack
+    opt_state: Stack
+    loss: torch.Tensor     # [M] mean training loss per client
+    steps: torch.Tensor    # [M] number of local steps
+
+
+class Executor:
+    name = "base"
+    vectorized = False
+
+    def __init__(self, precision: str = "fp32", channels_last: bool = False, eval_batch: int = 1000):
+        self.precision = precision
+        self.channels_last = channels_last
+        self.eval_batch = eval_batch
+
+    def autocast(self, device: torch.device):
+        if self.precision == "bf16":
+            return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def _init(self, job: LocalJob):
+        m = len(job.schedule)
+        st = clone(job.opt_state) if job.opt_state is not None else optim.init_state(job.opt, job.params, job.trainable, lead=(m,))
+        return clone(job.params), clone(job.buffers), st
+
+    def train(self, job: LocalJob) -> LocalResult:
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def predict(self, fm: FModel, params: Stack, buffers: Stack, x: torch.Tensor, idx: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Eval-mode logits of client m's model on samples ``x[idx[m]]``, for every m."""
+        fm.set_mode(False)
+        out = []
+        for m, ids in enumerate(idx):
+            p, b = row(params, m), row(buffers, m)
+            out.append(torch.cat([fm(p, b, x.index_select(0, ids[i:i + self.eval_batch]))
+                                  for i in range(0, max(1, len(ids)), self.eval_batch)]))
+        fm.set_mode(True)
+        return out
+
+
+class SequentialExecutor(Executor):
+    """The reference: each client's local steps, one client after another."""
+
+    name = "sequential"
+
+    def _fmt(self, t: torch.Tensor) -> torch.Tensor:
+        if self.channels_last and t.dim() == 4:
+            return t.contiguous(memory_format=torch.channels_last)
+        return t
+
+    def train(self, job: LocalJob) -> LocalResult:
+        P, B, S = self._init(job)
+        m_count = len(job.schedule)
+        losses = torch.zeros(m_count, dtype=torch.float64)
+        job.fm.set_mode(True)
+        device = job.x.device
+        for m in range(m_count):
+            p = {k: self._fmt(v[m].clone()) for k, v in P.items()}
+            leaves = [p[k].requires_grad_(True) for k in job.trainable]
+            b = {k: v[m].clone() for k, v in B.items()}
+            s = {k: v[m].clone() for k, v in S.items()}
+            ctx = {**job.shared, **row(job.ctx, m)}
+            total = torch.zeros((), device=device)
+            for idx in job.schedule[m]:
+                x, y = self._fmt(job.x.index_select(0, idx)), job.y.index_select(0, idx)
+                with self.autocast(device):
+                    loss = job.loss(job.fm, p, b, x, y, ctx)
+                grads = list(torch.autograd.grad(loss, leaves))
+                optim.step(job.opt, leaves, grads, job.trainable, s, batched=False)
+                total += loss.detach()
+            for k in P:
+                P[k][m] = p[k].detach()
+            for k in B:
+                B[k][m] = b[k]
+            for k in S:
+                S[k][m] = s[k]
+            losses[m] = total.item() / max(1, len(job.schedule[m]))
+        return LocalResult(P, B, S, losses, torch.tensor([len(s) for s in job.schedule]))
+
+
+class VectorizedExecutor(Executor):
+    """All clients at once: vmap over the client axis, one optimizer step on the stacks."""
+
+    name = "vectorized"
+    vectorized = True
+
+    def train(self, job: LocalJob) -> LocalResult:
+        P, B, S = self._init(job)
+        m_count = len(job.schedule)
+        lengths = [len(s) for s in job.schedule]
+        losses = torch.zeros(m_count, dtype=torch.float64, device=job.x.device)
+        job.fm.set_mode(True)
+        trainable = set(job.trainable)
+
+        def one_client(p, b, x, y, ctx, shared):
+            return job.loss(job.fm, p, b, x, y, {**shared, **ctx})
+
+        mapped = vmap(one_client, in_dims=(0, 0, 0, 0, 0, None))
+        for t in range(max(lengths, default=0)):
+            groups: dict[int, list[int]] = defaultdict(list)
+            for m in range(m_count):
+                if t < lengths[m]:
+                    groups[len(job.schedule[m][t])].append(m)
+            for ids in groups.values():
+                full = len(ids) == m_count
+                sel = None if full else torch.tensor(ids, device=job.x.device)
+                p = P if full else rows(P, sel)
+                b = B if full else rows(B, sel)
+                s = S if full else rows(S, sel)
+                ctx = job.ctx if full else rows(job.ctx, sel)
+                leaves = {k: (v.detach().requires_grad_(True) if k in trainable else v) for k, v in p.items()}
+                idx = torch.stack([job.schedule[m][t] for m in ids])
+                x, y = job.x[idx], job.y[idx]
+                with self.autocast(job.x.device):
+                    loss = mapped(leaves, b, x, y, ctx, job.shared)
+                tl = [leaves[k] for k in job.trainable]
+                grads = list(torch.autograd.grad(loss.sum(), tl))
+                optim.step(job.opt, tl, grads, job.trainable, s, batched=True)
+                if full:
+                    for k in job.trainable:   # leaves are views of P's storage: already updated
+                        P[k] = leaves[k].detach()
+                    S.update(s)
+                else:
+                    set_rows(P, sel, {k: leaves[k].detach() for k in job.trainable})
+                    set_rows(B, sel, b)
+                    set_rows(S, sel, s)
+                losses[ids] += loss.detach().to(torch.float64)
+        steps = torch.tensor(lengths)
+        return LocalResult(P, B, S, (losses.cpu() / steps.clamp(min=1)), steps)
+
+    @torch.no_grad()
+    def predict(self, fm: FModel, params: Stack, buffers: Stack, x: torch.Tensor, idx: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Clients stacked, samples padded to the longest client (eval mode: no cross-sample interaction)."""
+        fm.set_mode(False)
+        n = max((len(i) for i in idx), default=0)
+        f = vmap(fm)
+        chunks = []
+        size = max(16, self.eval_batch // max(1, len(idx)))  # about eval_batch samples per call in total
+        for i in range(0, n, size):
+            j = min(n, i + size)
+            pad = torch.stack([torch.nn.functional.pad(ids[i:j], (0, (j - i) - len(ids[i:j]))) for ids in idx])
+            chunks.append(f(params, buffers, x[pad]))
+        fm.set_mode(True)
+        logits = torch.cat(chunks, dim=1) if chunks else None
+        return [logits[m, : len(ids)] if logits is not None else x.new_zeros((0,)) for m, ids in enumerate(idx)]
+
+
+def make_executor(name: str, device: torch.device, precision: str = "fp32", channels_last: bool = False,
+                  eval_batch: int = 1000) -> Executor:
+    """``auto``: sequential on CPU (measured faster there), vectorized on CUDA."""
+    if name == "auto":
+        name = "vectorized" if device.type == "cuda" else "sequential"
+    cls = {"sequential": SequentialExecutor, "vectorized": VectorizedExecutor}[name]
+    return cls(precision=precision, channels_last=channels_last and name == "sequential", eval_batch=eval_batch)

@@ -1,0 +1,51 @@
+"""The model as a pure function of (params, buffers, inputs), via ``torch.func.functional_call``."""
+from __future__ import annotations
+
+import torch
+from torch.func import functional_call
+
+from ..models import SplitNet
+
+
+def _sub(d: dict, prefix: str) -> dict:
+    n = len(prefix)
+    return {k[n:]: v for k, v in d.items() if k.startswith(prefix)}
+
+
+class FModel:
+    """Stateless calls into a :class:`SplitNet`; ``params``/``buffers`` use the net's own names."""
+
+    def __init__(self, net: SplitNet):
+        self.net = net
+        self.param_names = [n for n, _ in net.named_parameters()]
+        self.buffer_names = [n for n, _ in net.named_buffers()]
+
+    def __call__(self, params, buffers, x):
+        """Logits."""
+        return functional_call(self.net, (params, buffers), (x,))
+
+    def features(self, params, buffers, x):
+        """Body output (the feature h fed to the head)."""
+        return functional_call(self.net.body, (_sub(params, "body."), _sub(buffers, "body.")), (x,))
+
+    def head(self, params, buffers, h):
+        """Head applied to features ``h``."""
+        return functional_call(self.net.head, (_sub(params, "head."), _sub(buffers, "head.")), (h,))
+
+    def init_state(self, dtype=torch.float32, device="cpu"):
+        """Copies of the net's initial parameters and buffers (as one client's model)."""
+        p = {k: v.detach().clone().to(device=device, dtype=dtype) for k, v in self.net.named_parameters()}
+        b = {k: (v.detach().clone().to(device=device, dtype=dtype) if v.is_floating_point() else v.detach().clone().to(device))
+             for k, v in self.net.named_buffers()}
+        return p, b
+
+    def names(self, scope: str) -> list[str]:
+        return self.net.names(scope)
+
+    def set_mode(self, train: bool) -> None:
+        self.net.train(train)
+
+
+def cross_entropy(fm: FModel, p, b, x, y, ctx):
+    """The default local objective: CE of the model's logits."""
+    return torch.nn.functional.cross_entropy(fm(p, b, x), y)

@@ -1,0 +1,88 @@
+"""Evaluation: personalized accuracy (each client's model on its own test split) and global-model
+accuracy (on the global test set), with per-client and per-class detail; best/final summaries."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+def confusion_counts(logits: torch.Tensor, y: torch.Tensor, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
+    """(correct per class, total per class)."""
+    pred = logits.argmax(-1)
+    total = torch.bincount(y, minlength=num_classes)
+    correct = torch.bincount(y[pred == y], minlength=num_classes)
+    return correct.cpu().numpy(), total.cpu().numpy()
+
+
+class Evaluator:
+    def __init__(self, run):
+        self.run = run
+        self.data = run.data
+        self.cfg = run.cfg.eval
+        self.last: dict = {}
+
+    def personalized(self, algo, t: int) -> dict:
+        data = self.data
+        clients = torch.arange(data.num_clients)
+        models = algo.client_models(clients, t)
+        if models is None:
+            return {}
+        C = data.num_classes
+        correct = np.zeros((data.num_clients, C), dtype=np.int64)
+        total = np.zeros((data.num_clients, C), dtype=np.int64)
+        for k, logits in enumerate(self.run.predict(*models, [data.test_idx[k] for k in range(data.num_clients)])):
+            y = data.y[data.tensor(data.test_idx[k])]
+            correct[k], total[k] = confusion_counts(logits, y, C)
+        n = total.sum(1)
+        acc = np.divide(correct.sum(1), n, out=np.zeros(len(n)), where=n > 0)
+        has = n > 0
+        # ECL's metric (spec ecl.md §7): per-class accuracy averaged over the classes the client trains on
+        present = (data.counts > 0) & (total > 0)
+        cls_acc = np.divide(correct, total, out=np.zeros_like(correct, dtype=float), where=total > 0)
+        present_acc = np.array([cls_acc[k, present[k]].mean() if present[k].any() else np.nan for k in range(len(n))])
+        self.last["pers_client_acc"] = acc.tolist()
+        self.last["pers_class_acc"] = np.divide(correct.sum(0), total.sum(0), out=np.zeros(C), where=total.sum(0) > 0).tolist()
+        self.last["pers_client_class_acc"] = cls_acc.tolist()
+        return {"pers/acc": float(correct.sum() / max(1, n.sum())),
+                "pers/acc_mean": float(acc[has].mean()), "pers/acc_std": float(acc[has].std()),
+                "pers/acc_present_classes": float(np.nanmean(present_acc))}
+
+    def global_model(self, algo) -> dict:
+        g = algo.global_model()
+        if g is None:
+            return {}
+        data = self.data
+        idx = data.global_test_idx
+        if len(idx) == 0:
+            return {}
+        p, b = g
+        logits = self.run.predict({k: v.unsqueeze(0) for k, v in p.items()}, {k: v.unsqueeze(0) for k, v in b.items()},
+                                  [idx])[0]
+        c, tot = confusion_counts(logits, data.y[data.tensor(idx)], data.num_classes)
+        class_acc = np.divide(c, tot, out=np.zeros(len(c)), where=tot > 0)
+        self.last["global_class_acc"] = class_acc.tolist()
+        return {"global/acc": float(c.sum() / max(1, tot.sum())), "global/class_acc": class_acc.tolist()}
+
+    def __call__(self, algo, t: int) -> dict:
+        out = {}
+        if self.cfg.personalized:
+            out.update(self.personalized(algo, t))
+        if self.cfg.global_model:
+            out.update(self.global_model(algo))
+        return out
+
+
+def summarize(history: list[dict], final_window: int) -> dict:
+    """best (max over evaluations), final (mean of the last ``final_window`` evaluations), last, best_round."""
+    out = {}
+    keys = sorted({k for h in history for k, v in h.items() if k.endswith("acc") or k.endswith("acc_mean")
+                   or k.endswith("acc_present_classes")})
+    for k in keys:
+        pts = [(h["round"], h[k]) for h in history if isinstance(h.get(k), (int, float))]
+        if not pts:
+            continue
+        rounds, vals = zip(*pts)
+        i = int(np.argmax(vals))
+        out[k] = {"best": float(vals[i]), "best_round": int(rounds[i]), "final": float(np.mean(vals[-final_window:])),
+                  "last": float(vals[-1])}
+    return out

@@ -1,0 +1,47 @@
+"""Model registry: ``build_model(cfg.model, input_shape, num_classes)``."""
+from __future__ import annotations
+
+import torch
+from omegaconf import OmegaConf
+
+from ..errors import ConfigError
+from .base import SplitNet
+from .nets import alexnet, cnn, lenet, mlp
+from .resnet import resnet32, resnet50
+
+MODELS = {"mlp": mlp, "cnn": cnn, "alexnet": alexnet, "lenet": lenet, "resnet32": resnet32, "resnet50": resnet50}
+
+
+def register(name: str):
+    """Decorator to add a model builder ``fn(input_shape, num_classes, **options) -> SplitNet``."""
+
+    def deco(fn):
+        MODELS[name] = fn
+        return fn
+
+    return deco
+
+
+def build_model(cfg, input_shape, num_classes: int) -> SplitNet:
+    """Build the configured model and check that the dataset's input shape fits it."""
+    if cfg.name not in MODELS:
+        raise ConfigError("model", cfg.name, f"one of {sorted(MODELS)}")
+    options = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k != "name"}
+    shape = "x".join(map(str, input_shape))
+    try:
+        net = MODELS[cfg.name](tuple(input_shape), num_classes, **options)
+        net.eval()
+        with torch.no_grad():
+            out = net(torch.zeros(2, *input_shape))
+        net.train()
+    except TypeError as e:
+        raise ConfigError("model", cfg.name, f"unknown option for this model ({e})") from None
+    except RuntimeError as e:
+        first = str(e).splitlines()[0]
+        raise ConfigError("model", cfg.name, f"does not fit the dataset's {shape} inputs ({first})") from None
+    if tuple(out.shape) != (2, num_classes):
+        raise ConfigError("model", cfg.name, f"gives outputs {tuple(out.shape)} for {shape} inputs, expected (2, {num_classes})")
+    return net
+
+
+__all__ = ["MODELS", "SplitNet", "build_model", "register"]
