@@ -107,3 +107,12 @@ def validate(cfg) -> None:
         value = OmegaConf.select(cfg, key)
         if value not in registry:
             raise ConfigError(key, value, "one of " + ", ".join(sorted(registry)))
+
+
+def _scaled(n, *, _root_):
+    """``${scaled:500}``: a paper-scale count multiplied by the top-level ``scale`` (at least 1)."""
+    return max(1, int(round(float(n) * float(_root_.get("scale", 1.0)))))
+
+
+if not OmegaConf.has_resolver("scaled"):
+    OmegaConf.register_new_resolver("scaled", _scaled)

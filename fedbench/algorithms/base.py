@@ -114,6 +114,19 @@ class Algorithm:
         self.run.check_finite(t, ids, res)
         return res
 
+    def publish_matrix(self, name: str, t: int, matrix, *, draw: bool = True, title: str | None = None,
+                       xlabel: str = "client", ylabel: str = "client", **kw) -> None:
+        """Save a per-round diagnostic matrix (``diagnostics/<name>/round_<t>.npy``), draw it and log the picture."""
+        from ..plots import heatmap
+
+        m = np.asarray(matrix.detach().cpu() if torch.is_tensor(matrix) else matrix)
+        d = self.run.run_dir / "diagnostics" / name
+        d.mkdir(parents=True, exist_ok=True)
+        np.save(d / f"round_{t:05d}.npy", m)
+        if draw:
+            png = heatmap(m, d / f"round_{t:05d}.png", title or f"{name} (round {t})", xlabel, ylabel, **kw)
+            self.run.image(name, png, t)
+
     def aggregate(self, stack: Stack, clients: torch.Tensor) -> Stack:
         """FedAvg: the average weighted by local training-set sizes n_k (McMahan et al. 2017, Eq. 1)."""
         from ..engine.stack import weighted_mean

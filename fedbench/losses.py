@@ -1,0 +1,38 @@
+"""Loss terms shared by several methods (one concept, one place). All are pure tensor functions
+that run under ``torch.func.vmap``."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def proximal(p: dict, ref: dict, names=None) -> torch.Tensor:
+    """½‖w − w_ref‖² over ``names`` (all of ``ref`` by default): FedProx, Ditto, pFedMe, FedDyn, FedCOM."""
+    keys = ref.keys() if names is None else names
+    return 0.5 * sum(((p[k] - ref[k]) ** 2).sum() for k in keys)
+
+
+def balanced_softmax_ce(logits: torch.Tensor, y: torch.Tensor, class_counts: torch.Tensor,
+                        empty_log: float = -13.815510557964274) -> torch.Tensor:
+    """Balanced Softmax CE (Ren et al. 2020): CE on ``z + log n_c``; absent classes get log(1e-6).
+
+    Used by ECL's calibrated classifier (Eq. 3) and FedRoD's generic head.
+    """
+    log_prior = torch.where(class_counts > 0, torch.log(class_counts.clamp(min=1).to(logits.dtype)),
+                            torch.full_like(class_counts, empty_log, dtype=logits.dtype))
+    return F.cross_entropy(logits + log_prior, y)
+
+
+def not_true_logits(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Logits with the true class removed: [B, C] -> [B, C-1] (FedNTD's "not-true" distribution)."""
+    c = logits.shape[-1]
+    j = torch.arange(c - 1, device=logits.device).unsqueeze(0)
+    idx = j + (j >= y.unsqueeze(1)).long()          # skip the true class, keep order (vmap-friendly gather)
+    return logits.gather(1, idx)
+
+
+def kd_kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor, tau: float) -> torch.Tensor:
+    """τ² · KL(softmax(teacher/τ) ‖ softmax(student/τ)), batch-mean (Hinton et al.)."""
+    t = F.log_softmax(teacher_logits / tau, dim=-1)
+    s = F.log_softmax(student_logits / tau, dim=-1)
+    return (tau ** 2) * F.kl_div(s, t, log_target=True, reduction="batchmean")

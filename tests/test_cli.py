@@ -1,0 +1,113 @@
+"""End to end through the real CLI, Hydra's compose API, multirun and wandb offline files."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, make_cfg, run_cfg
+from wandb_files import read_run
+
+FEDBENCH = [sys.executable, "-m", "fedbench.cli"]
+
+
+def cli(*args, cwd: Path, check=True):
+    env = {**os.environ, "WANDB_MODE": "offline", "FEDBENCH_CACHE": str(cwd / "cache")}
+    p = subprocess.run([*FEDBENCH, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    if check:
+        assert p.returncode == 0, p.stderr[-3000:]
+    return p
+
+
+def jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_three_round_cli_run_with_wandb_offline(tmp_path):
+    run_dir = tmp_path / "run"
+    cli("rounds=3", "clients=6", "logger=offline", "logger.console=false", f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "complete"
+    assert json.loads((run_dir / "status.json").read_text())["status"] == "complete"
+    rows = [r for r in jsonl(run_dir / "metrics.jsonl") if "pers/acc" in r]
+    assert [r["round"] for r in rows] == [0, 1, 2, 3]
+    assert (run_dir / "partition.png").stat().st_size > 0
+    assert (run_dir / "partition_counts.csv").read_text().count("\n") == 7   # header + 6 clients
+    wb = read_run(run_dir)
+    logged = {h["_step"] for h in wb["history"] if "pers/acc" in h}
+    assert logged == {0, 1, 2, 3}                                     # every round reached W&B
+    accs = {h["_step"]: h["pers/acc"] for h in wb["history"] if "pers/acc" in h}
+    assert accs[3] == pytest.approx(rows[-1]["pers/acc"])
+    assert any("partition" in k for h in wb["history"] for k in h)     # the partition heatmap as an image
+    assert wb["config"]["rounds"] == 3 and wb["config"]["algorithm"]["name"] == "fedavg"
+    assert wb["summary"]["pers/acc/best"] == pytest.approx(summary["metrics"]["pers/acc"]["best"])
+
+
+def test_compose_api_run_is_reproducible(tmp_path):
+    a = run_cfg(make_cfg("seed=3"), tmp_path / "a")
+    b = run_cfg(make_cfg("seed=3"), tmp_path / "b")
+    c = run_cfg(make_cfg("seed=4"), tmp_path / "c")
+    assert a["metrics"] == b["metrics"] and a["final"] == b["final"]
+    assert (tmp_path / "a" / "partition_counts.csv").read_text() == (tmp_path / "b" / "partition_counts.csv").read_text()
+    assert (tmp_path / "a" / "partition_counts.csv").read_text() != (tmp_path / "c" / "partition_counts.csv").read_text()
+
+
+def test_two_by_two_multirun_shares_a_wandb_group(tmp_path):
+    sweep = tmp_path / "sweep"
+    cli("-m", "algorithm=local,fedavg", "seed=0,1", "rounds=2", "clients=4", "logger=offline", "logger.console=false",
+        f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    runs = sorted(p for p in sweep.iterdir() if (p / "summary.json").exists())
+    assert len(runs) == 4
+    seen = set()
+    for r in runs:
+        cfg = (r / ".hydra" / "config.yaml").read_text()
+        seen.add((cfg.split("algorithm:\n  name: ")[1].split("\n")[0], cfg.split("\nseed: ")[1].split("\n")[0]))
+        assert json.loads((r / "status.json").read_text())["status"] == "complete"
+        assert read_run(r)["group"] == sweep.name
+    assert seen == {("local", "0"), ("local", "1"), ("fedavg", "0"), ("fedavg", "1")}
+
+
+def test_help_lists_groups(tmp_path):
+    out = cli("--help", cwd=tmp_path).stdout
+    for group in ("algorithm:", "dataset:", "partition:", "model:", "hardware:", "logger:"):
+        assert group in out
+    assert "fedavg" in out and "dominant_groups" in out and "alexnet" in out
+
+
+BAD = [
+    (["algorithm=fedfoo"], "algorithm='fedfoo'", "one of"),
+    (["roundz=3"], "unknown key 'roundz'", "fedbench --cfg job"),
+    (["rounds=abc"], "rounds='abc'", "an integer >= 1"),
+    (["participation=1.5"], "participation=1.5", "(0, 1]"),
+    (["participation=0"], "participation=0", "(0, 1]"),
+    (["-m", "rounds=2,-1"], "rounds=-1", "an integer >= 1"),
+    (["partition.alpha=0"], "partition.alpha=0", "0 < alpha"),
+    (["partition=shards", "clients=7"], "partition.num_shards", "clients"),
+    (["clients=5000"], "clients=5000", "number of train samples"),
+    (["model=cnn"], "model='cnn'", "1x8x8"),
+    (["hardware=cuda"], "hardware.device='cuda'", "CUDA is not available"),
+    (["dataset=mnist", "dataset.root=/nonexistent"], "dataset.root='/nonexistent'", "looked in"),
+    (["optim.name=rmsprop"], "optim.name='rmsprop'", "sgd, adam"),
+]
+
+
+@pytest.mark.parametrize("args,key,allowed", BAD, ids=[" ".join(a) for a, _, _ in BAD])
+def test_bad_config_one_line_before_training(tmp_path, args, key, allowed):
+    run_dir = tmp_path / "run"
+    p = cli(*args, "logger=none", f"hydra.run.dir={run_dir}", f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path, check=False)
+    assert p.returncode == 2
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, p.stderr
+    assert lines[0].startswith("fedbench: ") and key in lines[0] and allowed in lines[0]
+    assert not (run_dir / "metrics.jsonl").exists() and not (run_dir / "summary.json").exists()
+
+
+def test_unwritable_output_dir(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a dir")
+    p = cli("logger=none", f"hydra.run.dir={blocker / 'run'}", cwd=tmp_path, check=False)
+    assert p.returncode != 0
+    assert "fedbench" in p.stderr or "Error" in p.stderr
