@@ -14,7 +14,9 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from .config import dirname
 from .errors import ConfigError, RunFailed
+from .preemption import Preempted
 
 CONF_DIR = Path(os.environ.get("FEDBENCH_CONF", Path(__file__).resolve().parent.parent / "conf"))
 GROUPS = ("algorithm", "dataset", "partition", "model", "hardware", "logger", "experiment")
@@ -105,6 +107,10 @@ def _task(cfg: DictConfig):
         summary = Run(cfg, hc.runtime.output_dir, group=group).execute()
     except ConfigError as e:
         fail(str(e), 2)
+    except Preempted as e:
+        print(f"fedbench: {e} received: checkpoint saved in {hc.runtime.output_dir}; re-run the same command to resume",
+              file=sys.stderr, flush=True)
+        sys.exit(128 + e.signum)
     except RunFailed as e:
         if multirun:  # one diverged run must not stop the sweep; it is marked failed in its dir
             print(f"fedbench: run failed: {e}", file=sys.stderr)
@@ -113,11 +119,26 @@ def _task(cfg: DictConfig):
     return summary.get("metrics")
 
 
+NEUTRAL_PREFIXES = ("hydra.", "hydra/", "resume=", "logger", "hardware.threads=", "checkpoint.", "data_root=", "cache_dir=",
+                    "dataset.root=", "dataset.download=")
+
+
+def sweep_dir(args: list[str]) -> str:
+    """A multirun's dir, named after its command line: the same command finds the same dir again,
+    so a re-launched sweep skips its complete runs and resumes the partial ones."""
+    parts = [a.lstrip("+~") for a in args if "=" in a and not a.startswith("-") and not a.lstrip("+~").startswith(NEUTRAL_PREFIXES)]
+    return f"outputs/multirun/{dirname(','.join(parts))}"
+
+
 def main() -> None:
     args = sys.argv[1:]
     if not any(a in ("--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc") or a.startswith("--info")
                for a in args):
         precheck(args)
+        if any(a in ("-m", "--multirun") for a in args) and not any(a.startswith("hydra.sweep.dir=") for a in args):
+            # next to the other overrides: argparse takes the overrides as one positional run
+            pos = next((i for i, a in enumerate(sys.argv) if i and "=" in a and not a.startswith("-")), len(sys.argv))
+            sys.argv.insert(pos, f"hydra.sweep.dir='{sweep_dir(args)}'")
     _task()
 
 

@@ -77,6 +77,10 @@ CHECKS: dict[str, tuple] = {
     "eval.personalized": boolean(),
     "eval.global_model": boolean(),
     "checkpoint.every": int_at_least(0),
+    "checkpoint.keep": int_at_least(1),
+    "checkpoint.on_signal": boolean(),
+    "checkpoint.min_free_mb": number(0, None),
+    "resume": boolean(),
     "hardware.device": device(),
     "hardware.executor": one_of("auto", "sequential", "vectorized"),
     "hardware.precision": one_of("fp32", "bf16", "fp64"),
@@ -114,5 +118,19 @@ def _scaled(n, *, _root_):
     return max(1, int(round(float(n) * float(_root_.get("scale", 1.0)))))
 
 
+def dirname(text) -> str:
+    """A file-system-safe, bounded directory name for a run (``default`` when there are no overrides)."""
+    import hashlib
+
+    if not isinstance(text, str):
+        text = ",".join(map(str, text))
+    text = re.sub(r"[^A-Za-z0-9=,.+_\-]", "_", text.replace("/", "_")).strip("_") or "default"
+    if len(text) > 120:
+        text = text[:100] + "-" + hashlib.sha1(text.encode()).hexdigest()[:12]
+    return text
+
+
 if not OmegaConf.has_resolver("scaled"):
     OmegaConf.register_new_resolver("scaled", _scaled)
+if not OmegaConf.has_resolver("fb_dirname"):
+    OmegaConf.register_new_resolver("fb_dirname", dirname)

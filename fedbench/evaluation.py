@@ -24,13 +24,20 @@ class Evaluator:
     def personalized(self, algo, t: int) -> dict:
         data = self.data
         clients = torch.arange(data.num_clients)
-        models = algo.client_models(clients, t)
-        if models is None:
-            return {}
+        test_idx = [data.test_idx[k] for k in range(data.num_clients)]
+        if getattr(algo, "client_logits", None) is not None:
+            # optional hook for predictors that are not one plain model per client (FedProto's nearest
+            # prototype, FedRoD's generic + personal heads): client_logits(clients, idx, t) -> list of logits
+            outputs = algo.client_logits(clients, test_idx, t)
+        else:
+            models = algo.client_models(clients, t)
+            if models is None:
+                return {}
+            outputs = self.run.predict(*models, test_idx)
         C = data.num_classes
         correct = np.zeros((data.num_clients, C), dtype=np.int64)
         total = np.zeros((data.num_clients, C), dtype=np.int64)
-        for k, logits in enumerate(self.run.predict(*models, [data.test_idx[k] for k in range(data.num_clients)])):
+        for k, logits in enumerate(outputs):
             y = data.y[data.tensor(data.test_idx[k])]
             correct[k], total[k] = confusion_counts(logits, y, C)
         n = total.sum(1)
@@ -43,9 +50,16 @@ class Evaluator:
         self.last["pers_client_acc"] = acc.tolist()
         self.last["pers_class_acc"] = np.divide(correct.sum(0), total.sum(0), out=np.zeros(C), where=total.sum(0) > 0).tolist()
         self.last["pers_client_class_acc"] = cls_acc.tolist()
-        return {"pers/acc": float(correct.sum() / max(1, n.sum())),
-                "pers/acc_mean": float(acc[has].mean()), "pers/acc_std": float(acc[has].std()),
-                "pers/acc_present_classes": float(np.nanmean(present_acc))}
+        out = {"pers/acc": float(correct.sum() / max(1, n.sum())),
+               "pers/acc_mean": float(acc[has].mean()), "pers/acc_std": float(acc[has].std()),
+               "pers/acc_present_classes": float(np.nanmean(present_acc))}
+        info = data.info
+        if "majority_class" in info and "minority_class" in info:   # FedCOM's pairs (fedcom.md §8): minority-class gains
+            for part in ("majority", "minority"):
+                a = cls_acc[np.arange(len(n)), np.asarray(info[f"{part}_class"])]
+                self.last[f"pers_client_{part}_acc"] = a.tolist()
+                out[f"pers/{part}_acc"] = float(a.mean())
+        return out
 
     def global_model(self, algo) -> dict:
         g = algo.global_model()

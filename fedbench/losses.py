@@ -36,3 +36,32 @@ def kd_kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor, tau: float
     t = F.log_softmax(teacher_logits / tau, dim=-1)
     s = F.log_softmax(student_logits / tau, dim=-1)
     return (tau ** 2) * F.kl_div(s, t, log_target=True, reduction="batchmean")
+
+
+def reference_forward(fm, params: dict, buffers: dict, x: torch.Tensor, features: bool = False) -> torch.Tensor:
+    """Logits (or body features with ``features=True``) of a *fixed* reference model on ``x`` — the
+    round-start global model (FedNTD, MOON), a client's previous-round model (MOON), a teacher.
+
+    Eval mode, as MOON's code runs its global and previous models (``net.eval()``): BatchNorm uses the
+    reference's running statistics and never writes to its buffers. No gradient. Pure, so it can be
+    called inside a local loss under ``vmap``; for nets without BN/dropout the mode changes nothing.
+    """
+    was = fm.net.training
+    fm.set_mode(False)
+    try:
+        with torch.no_grad():
+            out = (fm.features if features else fm)(params, buffers, x)
+    finally:
+        fm.set_mode(was)
+    return out.detach()
+
+
+def prototype_alignment(h: torch.Tensor, y: torch.Tensor, protos: torch.Tensor, has_proto: torch.Tensor) -> torch.Tensor:
+    """Feature alignment to class prototypes: ``nn.MSELoss()(target, h)`` where ``target_i = P[y_i]`` for samples
+    whose class has a prototype (``has_proto[y_i]``) and ``h_i`` otherwise (those add 0 but count in the mean).
+
+    ``h`` [B, d] features, ``protos`` [C, d], ``has_proto`` [C] bool. FedReMa+F (spec fedrema.md §7, code
+    ``train_with_proto``), FedProto's / FedPAC's regularizer (PFLlib's pattern).
+    """
+    w = has_proto[y].to(h.dtype).unsqueeze(1)
+    return (w * (h - protos[y]) ** 2).sum() / h.numel()

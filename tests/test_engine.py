@@ -105,3 +105,30 @@ def test_schedule_is_deterministic_and_covers_each_epoch():
     assert torch.equal(first_epoch, torch.arange(10, 47))
     c = make_schedule(idx, [3], 8, 0, "train", 6, epochs=2)   # another round: another order
     assert not all(torch.equal(x, y) for x, y in zip(a[0], c[0]))
+
+
+def test_augmentation_is_identical_across_executors_and_is_a_crop_flip(tmp_path):
+    from fedbench.engine.augment import RandomCropFlip
+
+    fm = _tiny(torch.float64)
+    p, b = fm.init_state(torch.float64)
+    g = torch.Generator().manual_seed(0)
+    X, Y = torch.randn(120, 1, 8, 8, dtype=torch.float64, generator=g), torch.randint(0, 10, (120,), generator=g)
+    idx = [np.arange(0, 40), np.arange(40, 120)]
+    sched = make_schedule(idx, [0, 1], 16, 0, "t", 1, epochs=1)
+    spec = optim.OptimSpec(lr=0.05)
+    aug = RandomCropFlip(2, True, fill=[-1.0])
+    out = [E.train(LocalJob(fm, broadcast(p, 2), broadcast(b, 2), fm.param_names, sched, X, Y, spec, augment=aug,
+                            aug_key=(0, "augment", "train", 1), client_ids=[3, 7]))
+           for E in (SequentialExecutor(), VectorizedExecutor())]
+    for k in p:
+        assert torch.allclose(out[0].params[k], out[1].params[k], atol=1e-12), k
+    plain = SequentialExecutor().train(LocalJob(fm, broadcast(p, 2), broadcast(b, 2), fm.param_names, sched, X, Y, spec))
+    assert not torch.allclose(plain.params["head.0.weight"], out[0].params["head.0.weight"])  # augmentation changed training
+    # every augmented image is a (possibly flipped) 8x8 window of the padded image, padded with `fill`
+    x = X[:3]
+    y = aug(x, torch.Generator().manual_seed(1))
+    padded = torch.nn.functional.pad(x, (2, 2, 2, 2), value=-1.0)
+    for i in range(3):
+        windows = [padded[i, :, a:a + 8, c:c + 8] for a in range(5) for c in range(5)]
+        assert any(torch.equal(y[i], w) or torch.equal(y[i], w.flip(-1)) for w in windows)

@@ -26,6 +26,8 @@ class Algorithm:
 
     name = "base"
     state_attrs: tuple[str, ...] = ()
+    keep_local = False   # set by the forgetting diagnostic (fedbench/forgetting.py): remember the round's local models
+    last_local = None    # (t, client ids, LocalResult) of the last purpose="train" local_train call when keep_local
 
     def __init__(self, run):
         self.run = run
@@ -57,6 +59,16 @@ class Algorithm:
         g = self.global_model()
         return None if g is None else (broadcast(g[0], len(clients)), broadcast(g[1], len(clients)))
 
+    def new_client_model(self, clients: torch.Tensor) -> tuple[Stack, Stack] | None:
+        """Stacked models that held-out new ``clients`` start from (fedbench/newclients.py); default: the global model."""
+        g = self.global_model()
+        return None if g is None else (broadcast(g[0], len(clients)), broadcast(g[1], len(clients)))
+
+    def new_client_forward(self, params: Stack, buffers: Stack, x: torch.Tensor, support: tuple) -> torch.Tensor:
+        """Logits of ONE new client's model on ``x``; ``support`` = (x, y) of its latest fine-tuning batch
+        (train split), for models conditioned on a labelled context (CAFeMe's paper variant). Default: plain call."""
+        return self.fm(params, buffers, x)
+
     def finish(self, run_dir) -> dict:
         """Called once after the last round; may write extra artefacts and return extra summary entries."""
         return {}
@@ -78,12 +90,15 @@ class Algorithm:
                     steps: int | None = None, ctx: Stack | None = None, shared: dict | None = None,
                     opt: OptimSpec | None = None, indices: list[np.ndarray] | None = None, batch_size: int | None = None,
                     purpose: str = "train", sample_weights: list[np.ndarray] | None = None,
-                    persistent_state: bool | None = None) -> LocalResult:
+                    persistent_state: bool | None = None, augment: bool = True, batches_per_step: int = 1,
+                    schedule: list[list[torch.Tensor]] | None = None) -> LocalResult:
         """Train the stacked models of ``clients`` on their local data with the executor.
 
         Defaults: all parameters, ``local_epochs`` epochs of ``batch_size`` mini-batches of the
         clients' training sets, the run's optimizer, cross-entropy. ``purpose`` keys the batch
-        order, so different phases of one round draw different batches.
+        order, so different phases of one round draw different batches. ``batches_per_step`` > 1:
+        each step's x is a pack of that many consecutive batches (``make_schedule``). ``schedule``:
+        an explicit per-client list of index tensors, one per step (then the batch options are unused).
         """
         ids = [int(k) for k in clients]
         trainable = self.fm.param_names if trainable is None else list(trainable)
@@ -91,13 +106,15 @@ class Algorithm:
             epochs = int(self.cfg.local_epochs)
         if indices is None:
             indices = [self.data.train_idx[k] for k in ids]
-        schedule = make_schedule(indices, ids, batch_size or int(self.cfg.batch_size), self.seed, purpose, t,
-                                 epochs=epochs, steps=steps, drop_last=bool(self.cfg.drop_last),
-                                 weights=sample_weights, device=self.data.x.device)
+        if schedule is None:
+            schedule = make_schedule(indices, ids, batch_size or int(self.cfg.batch_size), self.seed, purpose, t,
+                                     epochs=epochs, steps=steps, drop_last=bool(self.cfg.drop_last),
+                                     weights=sample_weights, device=self.data.x.device,
+                                     batches_per_step=batches_per_step)
         opt = opt or self.opt
         persistent = bool(self.cfg.optim.persistent_state) if persistent_state is None else persistent_state
         state = None
-        if persistent and purpose == "train":
+        if persistent and (purpose == "train" or persistent_state):  # an explicit True also persists other phases
             if self.opt_state is None:
                 from ..engine.optim import init_state
 
@@ -107,8 +124,11 @@ class Algorithm:
             sel = torch.tensor(ids)
             state = {k: v for k, v in rows(self.opt_state, sel).items() if k.split(":", 1)[-1] in set(trainable) or k == "step"}
         job = LocalJob(self.fm, params, buffers, trainable, schedule, self.data.x, self.data.y, opt, state,
-                       loss, ctx or {}, shared or {})
+                       loss, ctx or {}, shared or {}, augment=self.run.augment if augment else None,
+                       aug_key=(self.seed, "augment", purpose, t), client_ids=ids)
         res = self.executor.train(job)
+        if self.keep_local and purpose == "train":
+            self.last_local = (t, ids, res)
         if state is not None:
             set_rows(self.opt_state, torch.tensor(ids), res.opt_state)
         self.run.check_finite(t, ids, res)
@@ -132,3 +152,14 @@ class Algorithm:
         from ..engine.stack import weighted_mean
 
         return weighted_mean(stack, self.n[clients.long()])
+
+    def checked_hp(self, key: str, check: tuple):
+        """``algorithm.<key>`` after ``check`` = (ok, allowed) from :mod:`fedbench.config` (``number(0)``,
+        ``one_of(...)``, ``boolean()``); a missing or bad value raises ConfigError — call it in ``setup()``."""
+        from ..errors import ConfigError
+
+        ok, allowed = check
+        v = self.hp.get(key, "<missing>")
+        if v == "<missing>" or not ok(v):
+            raise ConfigError(f"algorithm.{key}", v, allowed)
+        return v

@@ -18,6 +18,7 @@ from typing import Callable
 import torch
 from torch.func import vmap
 
+from .. import seeding
 from . import optim
 from .functional import FModel, cross_entropy
 from .stack import Stack, clone, row, rows, set_rows
@@ -39,6 +40,16 @@ class LocalJob:
     loss: Callable = cross_entropy      # loss(fm, params, buffers, x, y, ctx) -> scalar, for ONE client
     ctx: Stack = field(default_factory=dict)      # per-client constants [M, ...]
     shared: dict = field(default_factory=dict)    # constants common to all clients
+    augment: Callable | None = None     # augment(x_batch, generator) -> x_batch (training-time augmentation)
+    aug_key: tuple = ()                 # (seed, purpose, round, ...) + (client id, step) keys the augmentation draws
+    client_ids: list[int] | None = None
+
+    def augmented(self, x: torch.Tensor, m: int, step: int) -> torch.Tensor:
+        """Client m's batch at ``step``, augmented with draws keyed by (aug_key, client id, step)."""
+        if self.augment is None:
+            return x
+        k = self.client_ids[m] if self.client_ids is not None else m
+        return self.augment(x, seeding.torch_generator(*self.aug_key, k, step))
 
 
 @dataclass
@@ -108,8 +119,9 @@ class SequentialExecutor(Executor):
             s = {k: v[m].clone() for k, v in S.items()}
             ctx = {**job.shared, **row(job.ctx, m)}
             total = torch.zeros((), device=device)
-            for idx in job.schedule[m]:
-                x, y = self._fmt(job.x.index_select(0, idx)), job.y.index_select(0, idx)
+            for step, idx in enumerate(job.schedule[m]):
+                x = self._fmt(job.augmented(job.x.index_select(0, idx), m, step))
+                y = job.y.index_select(0, idx)
                 with self.autocast(device):
                     loss = job.loss(job.fm, p, b, x, y, ctx)
                 grads = list(torch.autograd.grad(loss, leaves))
@@ -158,6 +170,8 @@ class VectorizedExecutor(Executor):
                 leaves = {k: (v.detach().requires_grad_(True) if k in trainable else v) for k, v in p.items()}
                 idx = torch.stack([job.schedule[m][t] for m in ids])
                 x, y = job.x[idx], job.y[idx]
+                if job.augment is not None:
+                    x = torch.stack([job.augmented(x[i], m, t) for i, m in enumerate(ids)])
                 with self.autocast(job.x.device):
                     loss = mapped(leaves, b, x, y, ctx, job.shared)
                 tl = [leaves[k] for k in job.trainable]

@@ -24,6 +24,7 @@ class OptimSpec:
     clip_grad_norm: float | None = None
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-8
+    bounds: tuple[float, float] | None = None   # projected step: clamp the trained tensors into [lo, hi] after each step (FedALA's weights)
 
     @classmethod
     def from_cfg(cls, cfg) -> "OptimSpec":
@@ -80,6 +81,9 @@ def step(spec: OptimSpec, params: list[torch.Tensor], grads: list[torch.Tensor],
         _adam(spec, params, grads, names, state, batched)
     else:
         raise ValueError(f"unknown optimizer {spec.name!r}")
+    if spec.bounds is not None:
+        for p in params:
+            p.clamp_(*spec.bounds)
 
 
 def _adam(spec, params, grads, names, state, batched):

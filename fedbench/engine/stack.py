@@ -71,3 +71,14 @@ def flat(d: Stack, names=None) -> torch.Tensor:
 def numel(d: Stack, names=None) -> int:
     keys = list(d) if names is None else list(names)
     return sum(d[k][0].numel() for k in keys)
+
+
+def tagged(d: Stack, tag: str) -> Stack:
+    """``d`` with keys ``"<tag>:<name>"``: several models/states in one flat ``ctx`` (e.g. MOON's previous model)."""
+    return {f"{tag}:{k}": v for k, v in d.items()}
+
+
+def untagged(d: dict, tag: str) -> Stack:
+    """The ``"<tag>:<name>"`` entries of ``d`` as ``{name: tensor}`` (inverse of :func:`tagged`)."""
+    p = tag + ":"
+    return {k[len(p):]: v for k, v in d.items() if k.startswith(p)}

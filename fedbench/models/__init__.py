@@ -44,4 +44,6 @@ def build_model(cfg, input_shape, num_classes: int) -> SplitNet:
     return net
 
 
+from . import cafeme  # noqa: E402,F401  (registers cafeme_cnn)
+
 __all__ = ["MODELS", "SplitNet", "build_model", "register"]

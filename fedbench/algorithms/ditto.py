@@ -1,0 +1,77 @@
+"""Ditto (Li, Hu, Beirami, Smith, ICML 2021): FedAvg for a global model + one proximally regularised
+personal model per client (spec baselines.md, Ditto row; FedCOM builds on it, fedcom.md §2)."""
+from __future__ import annotations
+
+import torch
+
+from ..engine.executor import LocalResult
+from ..engine.stack import Stack, broadcast, rows, set_rows
+from ..errors import ConfigError
+from ..losses import proximal
+from . import register
+from .base import Algorithm
+
+
+@register
+class Ditto(Algorithm):
+    """Ditto Algorithm 1, for every client k of round t (all as stacks over the round's clients):
+
+    1. global copy: the FedAvg local solver (``local_epochs`` of CE) from w^t  ->  w_k^t;
+    2. personal model: s local iterations of  v_k <- v_k - eta (grad F_k(v_k) + lambda (v_k - w^t)),
+       i.e. SGD on h_k(v; w^t) = F_k(v) + lambda/2 ||v - w^t||^2  (Ditto Eq. 2, FedCOM Eq. 3);
+    3. server: w^{t+1} = sum_k n_k w_k^t / sum_k n_k.
+
+    The personalized model evaluated for client k is v_k. The server keeps every v_k (FedCOM needs
+    them for its peer merge; for Ditto it is just where the clients' state lives in a simulation).
+    ``optim.persistent_state`` keeps momentum only for the global copy; the personal update starts
+    each round with a fresh optimizer state (Ditto's Alg. 1 is plain SGD).
+    """
+
+    name = "ditto"
+    state_attrs = ("w", "bn", "V", "VB")
+
+    def setup(self):
+        hp = self.hp
+        if isinstance(hp.lam, bool) or not isinstance(hp.lam, (int, float)) or hp.lam < 0:
+            raise ConfigError("algorithm.lam", hp.lam, "a number >= 0 (the proximal weight lambda)")
+        if hp.personal_steps is None:
+            if isinstance(hp.personal_epochs, bool) or not isinstance(hp.personal_epochs, int) or hp.personal_epochs < 1:
+                raise ConfigError("algorithm.personal_epochs", hp.personal_epochs, "an integer >= 1 (or set personal_steps)")
+        elif isinstance(hp.personal_steps, bool) or not isinstance(hp.personal_steps, int) or hp.personal_steps < 1:
+            raise ConfigError("algorithm.personal_steps", hp.personal_steps, "null (use personal_epochs) or an integer >= 1")
+        self.w, self.bn = self.initial_model()                             # global model w^t
+        self.V, self.VB = broadcast(self.w, self.K), broadcast(self.bn, self.K)  # personal models v_k, all clients
+
+    def round(self, t, clients):
+        m = len(clients)
+        glob = self.local_train(t, clients, broadcast(self.w, m), broadcast(self.bn, m))   # 1. w_k^t
+        v, vb, diagnostics = self.personal_start(t, clients, glob)
+        s = ({"steps": int(self.hp.personal_steps)} if self.hp.personal_steps is not None
+             else {"epochs": int(self.hp.personal_epochs)})
+        pers = self.local_train(t, clients, v, vb, loss=self.personal_loss, shared={"w_global": self.w},
+                                purpose="personal", **s)                                   # 2. v_k, anchored at w^t
+        set_rows(self.V, clients, pers.params)
+        set_rows(self.VB, clients, pers.buffers)
+        self.w, self.bn = self.aggregate(glob.params, clients), self.aggregate(glob.buffers, clients)  # 3. FedAvg
+        return {"train/loss": glob.loss.mean().item(), "train/personal_loss": pers.loss.mean().item(), **diagnostics}
+
+    def personal_start(self, t: int, clients: torch.Tensor, glob: LocalResult) -> tuple[Stack, Stack, dict]:
+        """The personal models the personal update starts from (Ditto: v_k as kept), plus diagnostics.
+
+        FedCOM overrides this with its complementary matching and merge (fedcom.md §2 steps 2-4).
+        """
+        return rows(self.V, clients), rows(self.VB, clients), {}
+
+    def personal_loss(self, fm, p, b, x, y, ctx):
+        """h_k(v; w) = CE(v) + lambda/2 ||v - w||^2 for ONE client (pure: runs under vmap)."""
+        ce = torch.nn.functional.cross_entropy(fm(p, b, x), y)
+        return ce + float(self.hp.lam) * proximal(p, ctx["w_global"])
+
+    def global_model(self):
+        return self.w, self.bn
+
+    def client_models(self, clients, t):
+        return rows(self.V, clients), rows(self.VB, clients)
+
+
+__all__ = ["Ditto"]

@@ -1,0 +1,413 @@
+"""ECL — Expert Collaborative Learning (Lv et al., arXiv 2408.02019; spec ecl.md) — and the two-phase
+skeleton it shares with the long-tail personalization baselines of its Tables 1–2 (FedAvg+LWS,
+FedAvg+τ-norm, FedAFA: ``lws.py``, ``tau_norm.py``, ``fedafa.py``).
+
+Phase I  (ECL Alg. 1 lines 1–12): any registered global FL method (``algorithm.phase_one``: FedAvg, or
+         FedProx / SCAFFOLD / FedLC for Table 4) for rounds 1..T, its local lr step-decayed
+         (ECL §4.1: 0.1, then 0.01 after round 200).
+Phase II (Alg. 1 lines 13–20): once, at the end of round T, every client personalizes the global model
+         on its own data (no communication). All clients run stacked in one ``local_train`` call per
+         model (the configured executor: sequential or vectorized).
+
+Evaluation: every evaluation before the end of round T scores the phase-I global model for every client
+(Table 4's "optimizer alone" numbers); the evaluation of round T — the run's last — scores the
+personalized predictors. Report ``pers/acc_present_classes.last`` (spec §7), not ``.final``.
+"""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import torch
+from torch.func import functional_call
+
+from ..config import boolean, int_at_least, number, one_of
+from ..engine.functional import _sub
+from ..engine.stack import Stack, broadcast, rows
+from ..errors import ConfigError
+from ..evaluation import confusion_counts
+from ..losses import balanced_softmax_ce
+from . import ALGORITHMS, register
+from .base import Algorithm
+
+log = logging.getLogger(__name__)
+
+
+# ---------------------------------------------------------------------------- model pieces
+def body_index(name: str, num_children: int) -> int:
+    """Index of the body child that parameter/buffer ``name`` lives in (head names: ``num_children``)."""
+    return int(name.split(".")[1]) if name.startswith("body.") else num_children
+
+
+def run_children(fm, part: str, p: Stack, b: Stack, h: torch.Tensor, start: int, stop: int | None = None) -> torch.Tensor:
+    """Run children ``[start, stop)`` of ``part`` (``body`` | ``head``, both Sequentials) on ``h``, as pure functions."""
+    children = list(getattr(fm.net, part))
+    for i in range(start, len(children) if stop is None else stop):
+        pre = f"{part}.{i}."
+        h = functional_call(children[i], (_sub(p, pre), _sub(b, pre)), (h,))
+    return h
+
+
+def upper_logits(fm, p: Stack, b: Stack, h: torch.Tensor, start: int) -> torch.Tensor:
+    """Logits from the output ``h`` of body child ``start − 1`` (``start = 0``: ``h`` is the input)."""
+    return fm.head(p, b, run_children(fm, "body", p, b, h, start))
+
+
+def classifier_names(fm) -> tuple[str, str | None]:
+    """(weight, bias or None) parameter names of the final Linear."""
+    names = fm.names("classifier")
+    weight = next(n for n in names if n.endswith("weight"))
+    bias = next((n for n in names if n.endswith("bias")), None)
+    return weight, bias
+
+
+# ---------------------------------------------------------------------------- ECL math (spec §3)
+def expert_groups(counts: np.ndarray, num_experts: int, mode: str = "ceil") -> list[np.ndarray]:
+    """Data grouping (ECL §3.2): the client's present classes (n_c > 0, spec [REC] §10.4) sorted by n_c
+    descending (ties: lower class index first), cut into ``num_experts`` contiguous groups C_1 (head) … C_M
+    (tail). ``ceil``: groups of ⌈|C_k|/M⌉ classes, the last ones smaller or empty (spec §3.1);
+    ``even``: sizes differ by at most one, larger groups first (never empty while |C_k| ≥ M)."""
+    counts = np.asarray(counts)
+    present = np.flatnonzero(counts > 0)
+    order = present[np.argsort(-counts[present], kind="stable")]
+    if mode == "even":
+        return [g.astype(np.int64) for g in np.array_split(order, num_experts)]
+    size = -(-len(order) // num_experts)
+    return [order[m * size:(m + 1) * size].astype(np.int64) for m in range(num_experts)]
+
+
+def expert_of_class(groups: list[list[np.ndarray]], num_classes: int) -> torch.Tensor:
+    """[K, C] owner matrix: m ≥ 1 = expert m holds class c; 0 = class absent from the client's data."""
+    owner = torch.zeros(len(groups), num_classes, dtype=torch.long)
+    for k, gs in enumerate(groups):
+        for m, g in enumerate(gs):
+            owner[k, torch.as_tensor(g, dtype=torch.long)] = m + 1
+    return owner
+
+
+def logit_scales(u0: torch.Tensor, experts: torch.Tensor, mode: str) -> torch.Tensor:
+    """Eq. 5 factors ‖u_m‖² / ‖u_0‖², shape [K, M, C].
+
+    ``u0`` [K, C, d]: classifier weights of the calibrated global model; ``experts`` [M, K, C, d]: the
+    experts'. ``norm``: whole-matrix (Frobenius) norms, one factor per expert (spec [REC] §10.5);
+    ``class_norm``: per-class rows ‖u_{m,c}‖² / ‖u_{0,c}‖² (Table 3 "with LWS", spec [REC]);
+    ``none``: 1 (Table 3 "without scaling")."""
+    M, K, C, _ = experts.shape
+    if mode == "none":
+        return torch.ones(K, M, C, dtype=u0.dtype, device=u0.device)
+    if mode == "norm":
+        ratio = experts.pow(2).sum((-1, -2)) / u0.pow(2).sum((-1, -2))        # [M, K]
+        return ratio.t().unsqueeze(-1).expand(K, M, C).clone()
+    if mode == "class_norm":
+        return (experts.pow(2).sum(-1) / u0.pow(2).sum(-1)).permute(1, 0, 2)  # [K, M, C]
+    raise ValueError(mode)
+
+
+def mixing_weights(owner: torch.Tensor, scales: torch.Tensor, lam: float) -> torch.Tensor:
+    """[K, M+1, C] weights A with o^c = Σ_j A[j, c] z_j^c (j = 0 calibrated global model, j = m expert m):
+    Eq. 6, o^c = λ·s_{m(c)}·z_{m(c)}^c + (1−λ)·z_0^c for a present class c owned by expert m(c);
+    o^c = z_0^c for a class absent from the client's data (spec [REC] §10.7)."""
+    K, M, C = scales.shape
+    own = torch.nn.functional.one_hot(owner, M + 1).permute(0, 2, 1).to(scales.dtype)   # [K, M+1, C]
+    present = owner > 0
+    A = torch.zeros(K, M + 1, C, dtype=scales.dtype, device=scales.device)
+    A[:, 0] = torch.where(present, torch.full_like(scales[:, 0], 1 - lam), torch.ones_like(scales[:, 0]))
+    A[:, 1:] = lam * scales * own[:, 1:]
+    return A
+
+
+def combine_logits(z: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
+    """Eq. 6 for one client: ``z`` [M+1, n, C] component logits, ``A`` [M+1, C] → [n, C]."""
+    return (A.unsqueeze(1) * z).sum(0)
+
+
+def class_balanced_weights(labels: np.ndarray) -> np.ndarray:
+    """Sampling weight 1/n_y: every class in ``labels`` is drawn equally often (spec §10.6)."""
+    if len(labels) == 0:
+        return np.zeros(0)
+    _, inv, cnt = np.unique(labels, return_inverse=True, return_counts=True)
+    return 1.0 / cnt[inv]
+
+
+def bsce_loss(fm, p, b, x, y, ctx):
+    """Eq. 3: Balanced Softmax CE with the client's class counts n_k^c (absent classes: log 1e-6)."""
+    return balanced_softmax_ce(fm(p, b, x), y, ctx["class_counts"])
+
+
+def head_tail_accuracy(counts: np.ndarray, class_acc: np.ndarray) -> dict:
+    """Fig. 2 diagnostics from [K, C] train counts and [K, C] per-class test accuracies (mean over clients):
+    ``head_acc`` / ``tail_acc`` over each client's local head / tail classes (its present classes split in
+    two by :func:`expert_groups`, M = 2); ``global_head_acc`` / ``global_tail_acc`` over its present classes
+    in the more / less frequent half of the classes by total train count."""
+    counts, class_acc = np.asarray(counts), np.asarray(class_acc, dtype=float)
+    C = counts.shape[1]
+    rank = np.argsort(-counts.sum(0), kind="stable")
+    global_head = np.zeros(C, bool)
+    global_head[rank[: -(-C // 2)]] = True
+    parts = {"head_acc": [], "tail_acc": [], "global_head_acc": [], "global_tail_acc": []}
+    for k in range(len(counts)):
+        head, tail = expert_groups(counts[k], 2)
+        present = counts[k] > 0
+        for key, cls in (("head_acc", head), ("tail_acc", tail), ("global_head_acc", np.flatnonzero(present & global_head)),
+                         ("global_tail_acc", np.flatnonzero(present & ~global_head))):
+            if len(cls):
+                parts[key].append(class_acc[k, cls].mean())
+    return {k: float(np.mean(v)) if v else float("nan") for k, v in parts.items()}
+
+
+# ---------------------------------------------------------------------------- the two-phase skeleton
+class OneShotPersonalization(Algorithm):
+    """Phase I: ``phase_one`` (a registered global method) with a step-decayed lr; phase II: once, after the
+    last round, :meth:`personalize` builds each client's predictor. Subclasses implement ``personalize``.
+
+    A personalized predictor is a list of stacked models (``self.components``, [K] rows each) mixed per class
+    by ``self.mix`` [K, J, C] (None: one component, weight 1). All components share the phase-I model's
+    layers below body child ``self.split`` (the frozen lower backbone), so evaluation on the common global
+    test set runs that trunk once for all clients and components (exact: same parameters and statistics).
+    """
+
+    trains_phase_two = True      # False: phase II has no local training (τ-norm)
+    state_attrs = ("components", "mix")
+
+    # ---- setup ----------------------------------------------------------------------------------
+    def setup(self):
+        allowed = sorted(n for n, c in ALGORITHMS.items() if not issubclass(c, OneShotPersonalization))
+        phase_one = self.checked_hp("phase_one", (lambda v: v in allowed, "a registered global method: " + ", ".join(allowed)))
+        decay = self.checked_hp("lr_decay_round", (lambda v: v is None or (isinstance(v, int) and v >= 0), "null or a round ≥ 0"))
+        self.lr_decay_round = None if decay is None else int(decay)
+        self.lr_decay_to = self.checked_hp("lr_decay_to", number(0, lo_open=True, optional=decay is None))
+        self.frozen_bn = self.checked_hp("frozen_bn", one_of("global", "local"))
+        if self.trains_phase_two:
+            self.phase2_epochs = int(self.checked_hp("phase2_epochs", int_at_least(1)))
+            self.phase2_lr = float(self.checked_hp("phase2_lr", number(0, lo_open=True)))
+            self.phase2_batch_size = int(self.checked_hp("phase2_batch_size", int_at_least(1)))
+            self.phase2_augment = bool(self.checked_hp("phase2_augment", boolean()))
+        self.check_phase_two()
+        self.phase1 = ALGORITHMS[phase_one](self.run)
+        self.phase1.setup()
+        if self.phase1.global_model() is None:
+            raise ConfigError("algorithm.phase_one", phase_one, "a method with a global model")
+        self.labels = self.data.y.cpu().numpy()
+        self.components: list[tuple[Stack, Stack]] | None = None
+        self.mix: torch.Tensor | None = None
+        self.component_class_acc: np.ndarray | None = None   # [K, J, C] at the last evaluation (J > 1 only)
+        self.split = self.shared_trunk(self.personalized_names())
+
+    def check_phase_two(self) -> None:
+        """Validate the phase-II hyperparameters (ConfigError before any training)."""
+
+    def personalized_names(self) -> list[str]:
+        """Parameter names that phase II may change (sets the shared trunk)."""
+        return self.fm.names("classifier")
+
+    def shared_trunk(self, names) -> int:
+        """Body children below the first one holding a personalized parameter are shared by every predictor
+        (0 when ``frozen_bn=local``: then even frozen layers differ per client through their statistics)."""
+        n = len(self.fm.net.body)
+        return 0 if self.frozen_bn == "local" else min((body_index(k, n) for k in names), default=n)
+
+    # ---- phase I --------------------------------------------------------------------------------
+    def phase_one_lr(self, t: int) -> float:
+        """ECL §4.1: lr for rounds 1..lr_decay_round, ``lr_decay_to`` afterwards (0-indexed ``epoch >= 200``)."""
+        if self.lr_decay_round is not None and t > self.lr_decay_round:
+            return float(self.lr_decay_to)
+        return float(self.opt.lr)
+
+    def round(self, t, clients):
+        lr = self.phase_one_lr(t)
+        self.phase1.opt = self.opt.replace(lr=lr)
+        out = dict(self.phase1.round(t, clients))
+        out["train/lr"] = lr
+        if t == int(self.cfg.rounds):
+            w, bn = self.phase1.global_model()
+            out.update(self.personalize(t, w, bn))
+        return out
+
+    def global_model(self):
+        return self.phase1.global_model()
+
+    # ---- phase II helpers --------------------------------------------------------------------------
+    def personalize(self, t: int, w: Stack, bn: Stack) -> dict:
+        """Build ``self.components`` (and ``self.mix``) for all K clients; return diagnostics."""
+        raise NotImplementedError
+
+    def phase_two_train(self, t: int, params: Stack, buffers: Stack, base_buffers: Stack, *, purpose: str,
+                        trainable: list[str], opt=None, **kw) -> tuple[Stack, Stack]:
+        """One phase-II ``local_train`` of all K clients stacked; frozen layers keep ``base_buffers``."""
+        res = self.local_train(t, torch.arange(self.K), params, buffers, trainable=trainable, epochs=self.phase2_epochs,
+                               opt=opt or self.opt.replace(lr=self.phase2_lr), batch_size=self.phase2_batch_size,
+                               purpose=purpose, augment=self.phase2_augment, persistent_state=False, **kw)
+        return res.params, self.frozen_buffers(res.buffers, base_buffers, trainable)
+
+    def frozen_buffers(self, trained: Stack, base: Stack, trainable) -> Stack:
+        """``frozen_bn=global`` [REC]: BatchNorm statistics of modules with no trainable parameter stay the
+        phase-I model's (ECL §3: the experts share the frozen lower backbone); ``local``: keep the statistics
+        the frozen layers accumulated in train mode during phase II (PyTorch's ``requires_grad=False``)."""
+        if self.frozen_bn == "local":
+            return trained
+        modules = {n.rsplit(".", 1)[0] for n in trainable}
+        return {k: v if k.rsplit(".", 1)[0] in modules else base[k].unsqueeze(0).expand_as(v).clone()
+                for k, v in trained.items()}
+
+    def client_counts(self) -> torch.Tensor:
+        x = self.data.x
+        return torch.as_tensor(self.data.counts, dtype=x.dtype, device=x.device)
+
+    # ---- evaluation -------------------------------------------------------------------------------
+    def client_models(self, clients, t):
+        """The phase-I global model before phase II; afterwards the first component (for a mixture such as
+        ECL's this is only its calibrated global part: the evaluator uses :meth:`client_logits`)."""
+        if self.components is None:
+            return super().client_models(clients, t)
+        P, B = self.components[0]
+        return rows(P, clients.long()), rows(B, clients.long())
+
+    @torch.no_grad()
+    def client_logits(self, clients, idx, t):
+        """Logits of each client's predictor on its samples ``idx[i]`` (the evaluator's hook)."""
+        sel = clients.long()
+        if not all(i is idx[0] or np.array_equal(i, idx[0]) for i in idx):   # per-client test sets
+            if self.components is None:
+                return self.run.predict(*self.client_models(clients, t), idx)
+            zs = [self.run.predict(rows(P, sel), rows(B, sel), idx) for P, B in self.components]
+            return [self._combine(int(k), [z[i] for z in zs], idx[i]) for i, k in enumerate(sel)]
+        return self._shared_test_logits(sel, idx[0])
+
+    def _shared_test_logits(self, sel, ids_np) -> list[torch.Tensor]:
+        """One test set for all clients (ECL's global test split): the trunk runs once per chunk."""
+        fm, x, ids = self.fm, self.data.x, self.data.tensor(ids_np)
+        w, bn = self.global_model()
+        chunk = int(self.executor.eval_batch)
+        s = self.split if self.components is not None else len(fm.net.body)
+        parts: list[list[torch.Tensor]] = [[] for _ in sel]
+        fm.set_mode(False)
+        try:
+            with self.executor.autocast(x.device):
+                for a in range(0, len(ids), chunk):
+                    h = run_children(fm, "body", w, bn, x.index_select(0, ids[a:a + chunk]), 0, s)
+                    if self.components is None:          # phase-I global model: the same logits for everyone
+                        z = upper_logits(fm, w, bn, h, s)
+                        for i in range(len(sel)):
+                            parts[i].append(z)
+                        continue
+                    for i, k in enumerate(sel.tolist()):
+                        zk = torch.stack([upper_logits(fm, {n: v[k] for n, v in P.items()}, {n: v[k] for n, v in B.items()}, h, s)
+                                          for P, B in self.components])
+                        parts[i].append(zk)
+        finally:
+            fm.set_mode(True)
+        if self.components is None:
+            z = torch.cat(parts[0]) if parts and parts[0] else x.new_zeros((0, self.data.num_classes))
+            return [z for _ in sel]
+        return [self._combine(k, list(torch.cat(parts[i], dim=1)), ids_np) for i, k in enumerate(sel.tolist())]
+
+    def _combine(self, k: int, zs: list[torch.Tensor], ids_np) -> torch.Tensor:
+        """Mix client k's component logits with ``self.mix[k]``; record each component's per-class accuracy."""
+        if self.mix is None:
+            return zs[0]
+        z = torch.stack(zs)
+        if self.component_class_acc is None:
+            self.component_class_acc = np.full((self.K, len(zs), self.data.num_classes), np.nan)
+        y = self.data.y[self.data.tensor(ids_np)]
+        for j in range(len(zs)):
+            c, n = confusion_counts(z[j], y, self.data.num_classes)
+            self.component_class_acc[k, j] = np.divide(c, n, out=np.full(len(c), np.nan), where=n > 0)
+        return combine_logits(z, self.mix[k].to(z.dtype))
+
+    # ---- summary ----------------------------------------------------------------------------------
+    def finish(self, run_dir) -> dict:
+        """Head/tail class accuracy of the final personalized predictors (Fig. 2), per-component accuracy."""
+        last = self.run.evaluator.last
+        if "pers_client_class_acc" not in last:
+            return {}
+        counts = self.data.counts
+        out = {f"lt/{k}": v for k, v in head_tail_accuracy(counts, last["pers_client_class_acc"]).items()}
+        if self.component_class_acc is not None and self.components is not None:
+            acc = self.component_class_acc
+            d = self.run.run_dir / "diagnostics"
+            d.mkdir(parents=True, exist_ok=True)
+            np.save(d / "component_class_acc.npy", acc)
+            present = counts > 0
+            out["lt/component_acc_present_classes"] = [
+                float(np.nanmean([np.nanmean(acc[k, j, present[k]]) for k in range(self.K) if present[k].any()]))
+                for j in range(acc.shape[1])]
+        return out
+
+    # ---- state ----------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "phase1": self.phase1.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        state = dict(state)
+        self.phase1.load_state_dict(state.pop("phase1"))
+        super().load_state_dict(state)
+
+
+# ---------------------------------------------------------------------------- ECL
+@register
+class ECL(OneShotPersonalization):
+    """ECL Algorithm 1, phase II for every client k (all clients stacked per model):
+
+    1. data grouping: present classes by descending n_k^c into C_1 … C_M (:func:`expert_groups`);
+    2. calibrated global model w_k^T: w^T with only the classifier trained, Balanced Softmax CE on D_k (Eq. 3);
+    3. experts v_k^m from w^T: m < M trains the last block + classifier with CE on {(x, y) ∈ D_k : y ∈ C_m}
+       (Eq. 4); the tail expert M trains only the classifier with class-balanced sampling of C_M's samples;
+    4. inference (Eqs. 5–6): o^c = λ·(‖u_m‖²/‖u_0‖²)·z_m^c + (1−λ)·z_0^c with m the expert owning c.
+
+    Executor calls: M + 1 (the calibrated model, then one per expert), each with all K clients stacked.
+    """
+
+    name = "ecl"
+    state_attrs = ("components", "mix", "owner")
+
+    def check_phase_two(self):
+        self.num_experts = int(self.checked_hp("num_experts", int_at_least(1)))              # M
+        self.lam = float(self.checked_hp("lam", number(0, 1)))                               # λ, Eq. 6
+        self.scaling = self.checked_hp("logit_scaling", one_of("norm", "class_norm", "none"))  # Eq. 5 / Table 3
+        self.grouping = self.checked_hp("grouping", one_of("ceil", "even"))
+        self.classifier = self.fm.names("classifier")
+        last = self.fm.names("last_block")
+        if not last:   # e.g. mlp / cnn: no residual block declared → the head's layers ([REC] for the CNN, §3.3)
+            log.warning("ECL: model %s declares no last block; experts train its head layers %s",
+                        self.cfg.model.name, self.fm.names("head"))
+            last = self.fm.names("head")
+        chosen = set(last) | set(self.classifier)
+        self.expert_layers = [n for n in self.fm.param_names if n in chosen]
+        self.owner = None
+
+    def personalized_names(self):
+        return self.expert_layers
+
+    def personalize(self, t, w, bn):
+        K, M, C = self.K, self.num_experts, self.data.num_classes
+        # Eq. 3: the calibrated global model w_k^T (classifier only, BSCE with the client's counts)
+        calibrated = self.phase_two_train(t, broadcast(w, K), broadcast(bn, K), bn, purpose="ecl_calibrate",
+                                          trainable=self.classifier, loss=bsce_loss, ctx={"class_counts": self.client_counts()})
+        # data grouping, then Eq. 4 for expert m = 1..M (all clients stacked per expert)
+        groups = [expert_groups(self.data.counts[k], M, self.grouping) for k in range(K)]
+        experts = []
+        for m in range(M):
+            tail = m == M - 1
+            idx = [tr[np.isin(self.labels[tr], groups[k][m])] for k, tr in enumerate(self.data.train_idx)]
+            experts.append(self.phase_two_train(
+                t, broadcast(w, K), broadcast(bn, K), bn, purpose=f"ecl_expert{m + 1}", indices=idx,
+                trainable=self.classifier if tail else self.expert_layers,
+                sample_weights=[class_balanced_weights(self.labels[i]) for i in idx] if tail else None))
+        # Eqs. 5-6: per-class mixing weights of (calibrated, expert 1..M)
+        weight, _ = classifier_names(self.fm)
+        scales = logit_scales(calibrated[0][weight], torch.stack([e[0][weight] for e in experts]), self.scaling)
+        self.owner = expert_of_class(groups, C)
+        self.mix = mixing_weights(self.owner.to(scales.device), scales, self.lam)
+        self.components = [calibrated, *experts]
+        self.publish_matrix("ecl_expert_of_class", t, self.owner, xlabel="class", ylabel="client",
+                            title="ECL: expert owning each class (0 = absent)")
+        self.publish_matrix("ecl_logit_scale", t, scales[:, :, 0] if self.scaling != "class_norm" else scales.mean(-1),
+                            xlabel="expert", ylabel="client", title="ECL Eq. 5 scale ‖u_m‖²/‖u_0‖²")
+        used = scales[:, :, 0] if self.scaling != "class_norm" else scales.mean(-1)
+        return {**{f"ecl/scale_expert{m + 1}": float(used[:, m].mean()) for m in range(M)},
+                **{f"ecl/classes_expert{m + 1}": float(np.mean([len(g[m]) for g in groups])) for m in range(M)}}
+
+
+__all__ = ["ECL", "OneShotPersonalization", "expert_groups", "expert_of_class", "logit_scales", "mixing_weights",
+           "combine_logits", "class_balanced_weights", "bsce_loss", "head_tail_accuracy", "run_children", "upper_logits",
+           "classifier_names"]

@@ -1,0 +1,164 @@
+"""FedKA — Federated Knowledge Anchor (Chen, Zhu, Zheng, arXiv 2312.02416; spec fedka.md).
+
+Algorithm 1: FedAvg whose clients add β · L_KA to the cross-entropy of every mini-batch. L_KA keeps the
+local model's logits on a tiny per-round *knowledge anchor* T_i^r (one sample per non-dominant class
+from the client's data, the shared sample of S for each missing class, down-sampled to μ) close to
+the round-start global model's logits, with the logits of the client's dominant classes discarded (Φ).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .. import seeding
+from ..engine.stack import broadcast
+from ..errors import ConfigError
+from ..forgetting import DOMINANT, GROUP_NAMES, MISSING, NON_DOMINANT, class_groups
+from . import register
+from .base import Algorithm
+
+SAMPLING = ("random", "hard", "proficient")          # paper §5.7, Table 7: R / H (max loss) / P (min loss)
+ANCHOR_CLASSES = ("both", "non_dominant", "missing")  # Table 6: FedKA / KA(N) / KA(M)
+
+
+def shared_set(labels: np.ndarray, num_classes: int, rng: np.random.Generator) -> np.ndarray:
+    """S (§4): one random training sample per class (pool indices), fixed for the run; −1 for a class
+    without training samples (it can then never be anchored). Spec §2 [REC]: drawn from the global
+    train split with a fixed seed and kept in its owner's data too."""
+    return np.array([rng.choice(np.flatnonzero(labels == c)) if (labels == c).any() else -1 for c in range(num_classes)],
+                    dtype=np.int64)
+
+
+def knowledge_anchor_loss(z_local: torch.Tensor, z_global: torch.Tensor, kept: torch.Tensor,
+                          mask: torch.Tensor) -> torch.Tensor:
+    """L_KA (Eq. 3) = (1/|T|) Σ_{a∈T} Σ_{k∉C_d} (z_g[a,k] − z_l[a,k])² — squared L2 over the kept logits
+    (spec §10.7: summed over logits, divided by |T|). ``kept`` [C] = 1 for non-dominant and missing
+    classes (Φ drops dominant columns); ``mask`` [A] = 1 for real anchors, 0 for padding. 0 when T = ∅."""
+    sq = (z_global - z_local).pow(2) * kept.unsqueeze(0) * mask.unsqueeze(1)
+    return sq.sum() / mask.sum().clamp(min=1)
+
+
+def pad_anchor(anchor: np.ndarray, slots: int, filler: int) -> tuple[np.ndarray, np.ndarray]:
+    """Anchors padded to ``slots`` so that ragged anchor sets stack (vmap); (indices, mask).
+
+    Padding repeats the client's own anchors (the sample ``filler`` if it has none): masked out of L_KA, they only
+    matter for BatchNorm nets, where they join the batch statistics like the real anchors do."""
+    src = anchor if len(anchor) else np.array([filler], dtype=np.int64)
+    idx = np.resize(src, slots)
+    idx[: len(anchor)] = anchor
+    return idx, (np.arange(slots) < len(anchor)).astype(np.float64)
+
+
+@register
+class FedKA(Algorithm):
+    """Alg. 1: θ_i ← θ_g; build T_i^r; E epochs of SGD on CE + β·L_KA(T_i^r, θ_g, θ_i); FedAvg aggregation."""
+
+    name = "fedka"
+    state_attrs = ("w", "bn")   # S, the class groups and the per-class index tables are static (rebuilt by setup)
+
+    def setup(self):
+        hp = self.hp
+        num = lambda v: isinstance(v, (int, float)) and np.isfinite(v)  # noqa: E731
+        checks = (("gamma", lambda v: num(v) and 0 < v <= 1, "a number in (0, 1]"),
+                  ("beta", lambda v: num(v) and v >= 0, "a number >= 0"),
+                  ("mu", lambda v: v is None or (isinstance(v, int) and v >= 1), "null or an integer >= 1"),
+                  ("sampling", lambda v: v in SAMPLING, "one of " + ", ".join(SAMPLING)),
+                  ("anchor_classes", lambda v: v in ANCHOR_CLASSES, "one of " + ", ".join(ANCHOR_CLASSES)))
+        for key, ok, allowed in checks:
+            v = hp.get(key, "<missing>")
+            if isinstance(v, bool) or v == "<missing>" or not ok(v):
+                raise ConfigError(f"algorithm.{key}", v, allowed)
+        self.w, self.bn = self.initial_model()
+        self.beta, self.sampling = float(hp.beta), str(hp.sampling)
+        C = self.data.num_classes
+        labels = self.data.y.cpu().numpy()
+        self.groups = class_groups(self.data.counts, float(hp.gamma))           # C_d / C_n / C_m per client (Def. 1–2)
+        self.S = shared_set(labels[: self.data.n_pool_train], C, seeding.rng(self.seed, "fedka_shared_set"))
+        self.kept = torch.as_tensor(self.groups != DOMINANT, dtype=self.data.x.dtype, device=self.data.x.device)  # Φ
+        self.slots = min(int(hp.mu), C) if hp.mu is not None else C              # |T_i^r| ≤ min(μ, C)
+        self.use = {NON_DOMINANT: hp.anchor_classes in ("both", "non_dominant"),
+                    MISSING: hp.anchor_classes in ("both", "missing")}
+        # the client's samples of each of its non-dominant classes (anchor candidates)
+        self.candidates = [{c: idx[labels[idx] == c] for c in np.flatnonzero(self.groups[k] == NON_DOMINANT)}
+                           for k, idx in enumerate(self.data.train_idx)]
+
+    # ---- the knowledge anchor (Alg. 1 lines 5–6) -----------------------------------------------------
+    def candidate_losses(self, clients) -> dict:
+        """Per-sample CE of the round-start global model on each non-dominant class's samples (§5.7, H / P)."""
+        keys = [(int(k), c) for k in clients for c in self.candidates[int(k)]]
+        if not keys:
+            return {}
+        idx = np.concatenate([self.candidates[k][c] for k, c in keys])
+        logits = self.run.predict(broadcast(self.w, 1), broadcast(self.bn, 1), [idx])[0]
+        loss = F.cross_entropy(logits, self.data.y[self.data.tensor(idx)], reduction="none").cpu().numpy()
+        return dict(zip(keys, np.split(loss, np.cumsum([len(self.candidates[k][c]) for k, c in keys])[:-1])))
+
+    def knowledge_anchor(self, t: int, k: int, losses: dict) -> tuple[np.ndarray, int, int]:
+        """T_k^t as pool indices (class order), and its numbers of non-dominant / missing anchors.
+
+        ψ(c): a sample of non-dominant class c from D_k (random, or max/min global-model loss), the
+        shared sample S[c] for a missing class c; then a random subset of μ anchors if |T| > μ."""
+        rng = seeding.rng(self.seed, "knowledge_anchor", t, k)
+        anchor, kind = [], []
+        for c in range(self.data.num_classes):
+            g = self.groups[k, c]
+            if g == NON_DOMINANT and self.use[NON_DOMINANT]:
+                if self.sampling == "random":
+                    i = rng.integers(len(self.candidates[k][c]))
+                else:                                     # hard: max loss, proficient: min loss
+                    i = (np.argmax if self.sampling == "hard" else np.argmin)(losses[k, c])
+                anchor.append(self.candidates[k][c][i])
+            elif g == MISSING and self.use[MISSING] and self.S[c] >= 0:
+                anchor.append(self.S[c])
+            else:
+                continue
+            kind.append(g)
+        anchor, kind = np.asarray(anchor, dtype=np.int64), np.asarray(kind)
+        if len(anchor) > self.slots:                      # down-sample to μ, resampled every round
+            keep = np.sort(rng.choice(len(anchor), self.slots, replace=False))
+            anchor, kind = anchor[keep], kind[keep]
+        return anchor, int((kind == NON_DOMINANT).sum()), int((kind == MISSING).sum())
+
+    # ---- one round ---------------------------------------------------------------------------------------
+    def round(self, t, clients):
+        m = len(clients)
+        losses = self.candidate_losses(clients) if self.sampling != "random" else {}
+        built = [self.knowledge_anchor(t, int(k), losses) for k in clients]
+        filler = int(self.S[self.S >= 0][0])
+        padded = [pad_anchor(a, self.slots, filler) for a, _, _ in built]
+        idx = np.stack([p[0] for p in padded])                                   # [m, A]
+        x = self.data.x
+        # Z_g: global logits on the anchors, once per round, eval mode, no grad (spec §10.6 [REC])
+        z_g = self.run.predict(broadcast(self.w, 1), broadcast(self.bn, 1), [idx.reshape(-1)])[0]
+        ctx = {"anchor_x": x[self.data.tensor(idx)],
+               "anchor_mask": torch.as_tensor(np.stack([p[1] for p in padded]), dtype=x.dtype, device=x.device),
+               "anchor_logits": z_g.reshape(m, self.slots, -1),
+               "kept": self.kept[clients.long().to(x.device)]}
+        res = self.local_train(t, clients, broadcast(self.w, m), broadcast(self.bn, m), loss=self.loss, ctx=ctx)
+        self.w = self.aggregate(res.params, clients)          # θ_g ← Σ |D_i| θ_i / Σ |D_j| over participants
+        self.bn = self.aggregate(res.buffers, clients)
+        sizes = np.array([[len(a), n, mm] for a, n, mm in built], dtype=float)
+        return {"train/loss": res.loss.mean().item(), "fedka/anchor_size": sizes[:, 0].mean(),
+                "fedka/anchor_non_dominant": sizes[:, 1].mean(), "fedka/anchor_missing": sizes[:, 2].mean()}
+
+    def loss(self, fm, p, b, x, y, ctx):
+        """Eq. 2: CE(θ_i; B) + β · L_KA. Batch and anchors go through ONE forward (spec §3 [REC]: the few
+        anchors never form a BatchNorm batch of their own; identical to two forwards for nets without BN)."""
+        n = x.shape[0]
+        z = fm(p, b, torch.cat([x, ctx["anchor_x"]]))
+        ka = knowledge_anchor_loss(z[n:], ctx["anchor_logits"], ctx["kept"], ctx["anchor_mask"])
+        return F.cross_entropy(z[:n], y) + self.beta * ka
+
+    def global_model(self):
+        return self.w, self.bn
+
+    def finish(self, run_dir):
+        """Write the static class grouping (0 dominant, 1 non-dominant, 2 missing) and its mean sizes."""
+        np.savetxt(run_dir / "fedka_class_groups.csv", self.groups, fmt="%d", delimiter=",",
+                   header=",".join(self.data.classes), comments="")
+        per_client = {name: float((self.groups == g).sum(1).mean()) for g, name in enumerate(GROUP_NAMES)}
+        return {"fedka_classes_per_client": per_client}
+
+
+__all__ = ["FedKA", "knowledge_anchor_loss", "shared_set", "pad_anchor"]

@@ -1,0 +1,48 @@
+"""FedLC — federated learning with logit calibration (Zhang et al., ICML 2022) — spec baselines.md, FedLC row."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..config import number
+from ..engine.stack import broadcast
+from . import register
+from .fedavg import FedAvg
+
+
+def calibration_margin(counts: torch.Tensor, tau: float, empty_count: float) -> torch.Tensor:
+    """τ · n_{k,c}^{−1/4} per client and class ([K, C] counts -> [K, C]). A class the client does not hold
+    counts as ``empty_count`` (FL-bench's FedLC: max(1e-8, n) → margin 100·τ, i.e. the class is all but
+    removed from the client's softmax; PFLlib's n = 0 gives an infinite margin, the same limit)."""
+    return tau * counts.clamp(min=empty_count).pow(-0.25)
+
+
+@register
+class FedLC(FedAvg):
+    """FedLC: client k trains with CE on calibrated logits z_c − τ·n_{k,c}^{−1/4} (a label-count-dependent
+    margin pushes rare local classes' logits down during training only); the server averages as FedAvg;
+    evaluation uses the raw logits of the global model."""
+
+    name = "fedlc"
+
+    def setup(self):
+        tau = float(self.checked_hp("tau", number(0)))                                   # τ
+        empty = float(self.checked_hp("empty_count", number(0, lo_open=True)))
+        super().setup()
+        x = self.data.x
+        counts = torch.as_tensor(self.data.counts, dtype=torch.float64)
+        self.margin = calibration_margin(counts, tau, empty).to(dtype=x.dtype, device=x.device)   # [K, C]
+
+    def round(self, t, clients):
+        m = len(clients)
+        res = self.local_train(t, clients, broadcast(self.w, m), broadcast(self.bn, m), loss=self.loss,
+                               ctx={"margin": self.margin[clients.long().to(self.margin.device)]})
+        self.w, self.bn = self.aggregate(res.params, clients), self.aggregate(res.buffers, clients)
+        return {"train/loss": res.loss.mean().item()}
+
+    def loss(self, fm, p, b, x, y, ctx):
+        """Calibrated CE: CE(z − τ·n_k^{−1/4}, y)."""
+        return F.cross_entropy(fm(p, b, x) - ctx["margin"], y)
+
+
+__all__ = ["FedLC", "calibration_margin"]

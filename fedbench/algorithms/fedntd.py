@@ -1,0 +1,48 @@
+"""FedNTD — federated not-true distillation (Lee, Jeong, Shin, Yun, NeurIPS 2022) — spec baselines.md, FedNTD row."""
+from __future__ import annotations
+
+import torch.nn.functional as F
+
+from ..config import boolean, number
+from ..engine.stack import broadcast
+from ..losses import kd_kl, not_true_logits, reference_forward
+from . import register
+from .fedavg import FedAvg
+
+
+@register
+class FedNTD(FedAvg):
+    """FedNTD: client k starts from w^t and minimises
+
+        L = CE(q_l, y) + β · τ² · KL(q̃_g^τ ‖ q̃_l^τ),   q̃^τ = softmax(logits/τ) over the not-true classes,
+
+    the true class's logit removed from both the local (q̃_l) and the round-start global model's (q̃_g)
+    logits; the server averages as FedAvg. The global model runs in eval mode without gradient.
+    ``tau_squared: false`` drops the τ² factor, as the official ``criterion.py`` (same value at τ = 1).
+    """
+
+    name = "fedntd"
+
+    def setup(self):
+        self.beta = float(self.checked_hp("beta", number(0)))                    # β
+        self.tau = float(self.checked_hp("tau", number(0, lo_open=True)))        # τ
+        scale = bool(self.checked_hp("tau_squared", boolean()))
+        self.kd_weight = self.beta if scale else self.beta / self.tau ** 2        # kd_kl carries τ²
+        super().setup()
+
+    def round(self, t, clients):
+        m = len(clients)
+        res = self.local_train(t, clients, broadcast(self.w, m), broadcast(self.bn, m), loss=self.loss,
+                               shared={"w_global": self.w, "bn_global": self.bn})
+        self.w, self.bn = self.aggregate(res.params, clients), self.aggregate(res.buffers, clients)
+        return {"train/loss": res.loss.mean().item()}
+
+    def loss(self, fm, p, b, x, y, ctx):
+        """CE + β·τ²·KL(not-true global ‖ not-true local) on one batch."""
+        z = fm(p, b, x)
+        z_glob = reference_forward(fm, ctx["w_global"], ctx["bn_global"], x)
+        ntd = kd_kl(not_true_logits(z, y), not_true_logits(z_glob, y), self.tau)
+        return F.cross_entropy(z, y) + self.kd_weight * ntd
+
+
+__all__ = ["FedNTD"]

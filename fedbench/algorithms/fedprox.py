@@ -1,0 +1,37 @@
+"""FedProx (Li, Sahu, Zaheer, Sanjabi, Talwalkar, Smith, MLSys 2020) — spec baselines.md, FedProx row."""
+from __future__ import annotations
+
+import torch.nn.functional as F
+
+from ..config import number
+from ..engine.stack import broadcast
+from ..losses import proximal
+from . import register
+from .fedavg import FedAvg
+
+
+@register
+class FedProx(FedAvg):
+    """FedProx Algorithm 2: each client approximately minimises h_k(w; w^t) = F_k(w) + (μ/2)‖w − w^t‖²
+    (Eq. 2) with E epochs of the local optimizer from w^t; the server averages as FedAvg (n_k-weighted).
+    The gradient of the local objective is ∇F_k(w) + μ(w − w^t)."""
+
+    name = "fedprox"
+
+    def setup(self):
+        self.mu = float(self.checked_hp("mu", number(0)))     # μ, proximal weight
+        super().setup()
+
+    def round(self, t, clients):
+        m = len(clients)
+        res = self.local_train(t, clients, broadcast(self.w, m), broadcast(self.bn, m), loss=self.loss,
+                               shared={"w_global": self.w})
+        self.w, self.bn = self.aggregate(res.params, clients), self.aggregate(res.buffers, clients)
+        return {"train/loss": res.loss.mean().item()}
+
+    def loss(self, fm, p, b, x, y, ctx):
+        """h_k(w; w^t) on one batch: CE + (μ/2)‖w − w^t‖² over all parameters."""
+        return F.cross_entropy(fm(p, b, x), y) + self.mu * proximal(p, ctx["w_global"])
+
+
+__all__ = ["FedProx"]

@@ -1,0 +1,110 @@
+"""pFedMe (Dinh, Tran, Nguyen, "Personalized Federated Learning with Moreau Envelopes", NeurIPS 2020) —
+spec baselines.md, pFedMe row; official code ``CharlieDinh/pFedMe`` (``userpFedMe``, ``pFedMeOptimizer``)."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..engine.optim import OptimSpec
+from ..engine.schedule import make_schedule
+from ..engine.stack import broadcast, rows, set_rows
+from ..errors import ConfigError
+from ..losses import proximal
+from . import register
+from .base import Algorithm
+
+ANCHOR = "w_local."   # ctx keys of the local model w_k that anchors the inner problem
+
+
+@register
+class PFedMe(Algorithm):
+    """pFedMe Algorithm 1. Round t, client k in S, starting from w_k = θ_k = w^t:
+
+      for each local step r = 1..R (one mini-batch D_r each):
+        θ_k ← K steps of SGD (lr ``personal_lr``) on  f_k(θ; D_r) + λ/2 ‖θ − w_k‖²   (inner problem, Eq. 7;
+              θ continues from the previous step's θ, as ``pFedMeOptimizer`` does)
+        w_k ← w_k − η λ (w_k − θ_k)                                                  (Alg. 1 line 8)
+      server: w^{t+1} = (1 − β) w^t + β Σ_k n_k w_k / Σ_k n_k                        (Alg. 1 line 12)
+
+    The personalized model of client k is its latest θ_k; the global model is w. R = ``local_steps`` batches
+    (pFedMe code: 20), or with ``local_steps: null`` the batches of ``local_epochs`` passes (PFLlib; then θ_k
+    comes from the epoch's last, possibly small, batch unless ``drop_last`` — PFLlib's loaders drop it).
+    BatchNorm buffers (pFedMe's models have none) follow θ and are averaged like FedAvg.
+    """
+
+    name = "pfedme"
+    state_attrs = ("w", "bn", "theta", "theta_bn")
+
+    def setup(self):
+        hp = self.hp
+        for key, ok, allowed in (("lam", _num(hp.lam) and hp.lam > 0, "a number > 0 (λ)"),
+                                 ("inner_steps", _int(hp.inner_steps) and hp.inner_steps >= 1, "an integer >= 1 (K)"),
+                                 ("personal_lr", _num(hp.personal_lr) and hp.personal_lr > 0, "a number > 0"),
+                                 ("eta", _num(hp.eta) and hp.eta > 0, "a number > 0 (η)"),
+                                 ("beta", _num(hp.beta) and hp.beta > 0, "a number > 0 (β)"),
+                                 ("local_steps", hp.local_steps is None or _int(hp.local_steps) and hp.local_steps >= 1,
+                                  "null (local_epochs passes) or an integer >= 1 (R)")):
+            if not ok:
+                raise ConfigError(f"algorithm.{key}", hp[key], allowed)
+        self.w, self.bn = self.initial_model()
+        self.theta, self.theta_bn = broadcast(self.w, self.K), broadcast(self.bn, self.K)   # θ_k, all clients
+        # the inner problem is solved by plain gradient steps (pFedMeOptimizer: p -= lr (∇f + λ (p − w_k)))
+        self.inner_opt = OptimSpec(name="sgd", lr=float(hp.personal_lr))
+
+    def inner_loss(self, fm, p, b, x, y, ctx):
+        """ONE client, pure (runs under vmap): f_k(θ; D_r) + λ/2 ‖θ − w_k‖² (pFedMe Eq. 7)."""
+        ce = torch.nn.functional.cross_entropy(fm(p, b, x), y)
+        return ce + float(self.hp.lam) * proximal(p, {k: ctx[ANCHOR + k] for k in p})
+
+    def local_batches(self, t, clients) -> list[list[torch.Tensor]]:
+        """Per client, the R mini-batches D_1..D_R of round t (sample indices into the data pool)."""
+        ids = [int(k) for k in clients]
+        steps = self.hp.local_steps
+        return make_schedule([self.data.train_idx[k] for k in ids], ids, int(self.cfg.batch_size), self.seed, "train",
+                             t, epochs=None if steps else int(self.cfg.local_epochs),
+                             steps=int(steps) if steps else None, drop_last=bool(self.cfg.drop_last),
+                             device=self.data.x.device)
+
+    def round(self, t, clients):
+        m = len(clients)
+        lam, eta = float(self.hp.lam), float(self.hp.eta)
+        theta, bn = broadcast(self.w, m), broadcast(self.bn, m)
+        w_local = broadcast(self.w, m)
+        batches = self.local_batches(t, clients)
+        K = int(self.hp.inner_steps)
+        losses = []
+        for r in range(max(len(b) for b in batches)):
+            has = [r < len(b) for b in batches]             # clients with fewer batches are done
+            inner = [[b[r]] * K if h else [] for b, h in zip(batches, has)]   # K steps on the same batch D_r
+            anchor = {ANCHOR + k: v for k, v in w_local.items()}
+            res = self.local_train(t, clients, theta, bn, loss=self.inner_loss, ctx=anchor, schedule=inner,
+                                   opt=self.inner_opt, purpose=f"pfedme/{r}", persistent_state=False)
+            theta, bn = res.params, res.buffers
+            active = torch.tensor(has, device=self.data.x.device)
+            for k in w_local:   # w_k ← w_k − ηλ(w_k − θ_k), only for clients that had batch r
+                moved = w_local[k] - eta * lam * (w_local[k] - theta[k])
+                w_local[k] = torch.where(active.view(-1, *[1] * (moved.dim() - 1)), moved, w_local[k])
+            losses.append(res.loss[torch.tensor(has)].mean().item())
+        set_rows(self.theta, clients, theta)
+        set_rows(self.theta_bn, clients, bn)
+        beta, avg = float(self.hp.beta), self.aggregate(w_local, clients)
+        self.w = {k: (1 - beta) * self.w[k] + beta * avg[k] for k in self.w}
+        self.bn = self.aggregate(bn, clients)
+        return {"train/loss": float(np.mean(losses)) if losses else 0.0}
+
+    def client_models(self, clients, t):
+        return rows(self.theta, clients), rows(self.theta_bn, clients)
+
+    def global_model(self):
+        return self.w, self.bn
+
+
+def _num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+__all__ = ["PFedMe"]

@@ -1,0 +1,154 @@
+"""Class-wise forgetting degree τ (FedKA, Chen et al. 2023, §3.1 Eq. 1) — a diagnostic for any method
+whose clients train local models from a global model (FedAvg, FedProx, FedKA, ...).
+
+    τ_{i,r}^k = (acc(θ_g^r; k) − acc(θ_i^r; k)) / (acc(θ_g^r; k) + ξ)
+
+acc(θ; k) = accuracy on the global test set restricted to class k; θ_g^r = the round-start global
+model, θ_i^r = client i's model after its local training in round r. τ > 0: client i forgot class k
+during local training; τ < 0: it improved. Classes are grouped per client (FedKA Def. 1–2) into
+dominant (n_i^k/n_i ≥ γ), non-dominant (0 < n_i^k/n_i < γ) and missing (n_i^k = 0).
+
+Switched on by ``eval.forgetting.enabled`` (conf/config.yaml); the run loop calls
+:meth:`ForgettingMonitor.before_round` / :meth:`after_round`. The local models are the last
+``purpose="train"`` result of ``Algorithm.local_train`` in the round.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from omegaconf import OmegaConf
+
+from .engine.stack import clone
+from .errors import ConfigError
+from .evaluation import confusion_counts
+
+DOMINANT, NON_DOMINANT, MISSING = 0, 1, 2
+GROUP_NAMES = ("dominant", "non_dominant", "missing")
+
+
+def class_groups(counts, gamma: float) -> np.ndarray:
+    """[K, C] class type per client (FedKA Def. 1–2): DOMINANT if n_i^k/n_i ≥ γ, NON_DOMINANT if
+    0 < n_i^k/n_i < γ, MISSING if n_i^k = 0."""
+    counts = np.asarray(counts, dtype=np.float64)
+    n = counts.sum(1, keepdims=True)
+    share = np.divide(counts, n, out=np.zeros_like(counts), where=n > 0)
+    groups = np.where(share >= gamma, DOMINANT, NON_DOMINANT)
+    return np.where(counts == 0, MISSING, groups).astype(np.int64)
+
+
+def forgetting_degree(acc_global, acc_local, xi: float) -> np.ndarray:
+    """Eq. 1: τ[i, k] = (acc_global[k] − acc_local[i, k]) / (acc_global[k] + ξ); shapes [C], [M, C] -> [M, C]."""
+    g = np.asarray(acc_global, dtype=np.float64)
+    return (g[None, :] - np.asarray(acc_local, dtype=np.float64)) / (g[None, :] + xi)
+
+
+def group_means(tau, groups) -> dict:
+    """Mean τ over the (client, class) cells of each class type (types without cells are left out), and
+    the mean of τ clipped to [−1, 1] (``<type>_clipped``): a class the global model never predicts
+    (acc_g = 0, common in early rounds) gives τ = −acc_l/ξ ≈ −10⁸, which swamps the plain mean."""
+    out = {}
+    for g, name in enumerate(GROUP_NAMES):
+        cells = tau[(groups == g) & np.isfinite(tau)]
+        if cells.size:
+            out[name] = float(cells.mean())
+            out[f"{name}_clipped"] = float(np.clip(cells, -1, 1).mean())
+    return out
+
+
+def draw_forgetting(tau, groups, path, title: str):
+    """Heatmap rows = clients, columns = classes (red = forgotten, blue = improved); class type
+    marked per cell: D = dominant, N = non-dominant, M = missing (dots/crosses on large matrices)."""
+    import matplotlib.pyplot as plt
+
+    from . import plots  # noqa: F401  (selects the Agg backend)
+
+    h, w = tau.shape
+    fig, ax = plt.subplots(figsize=(min(14, 2.0 + 0.5 * w), min(12, 1.5 + 0.4 * h)))
+    im = ax.imshow(np.clip(tau, -1, 1), aspect="auto", cmap="RdBu_r", vmin=-1, vmax=1, interpolation="nearest")
+    fig.colorbar(im, ax=ax, label="forgetting degree τ (clipped to [-1, 1])")
+    if h * w <= 400:
+        for i in range(h):
+            for j in range(w):
+                v = tau[i, j]
+                v = "" if not np.isfinite(v) else ("\n<-1" if v < -1 else f"\n{v:.2f}")
+                ax.text(j, i, "DNM"[groups[i, j]] + v, ha="center", va="center", fontsize=6)
+    else:
+        for g, marker in ((DOMINANT, "o"), (MISSING, "x")):
+            ii, jj = np.nonzero(groups == g)
+            ax.scatter(jj, ii, s=4, marker=marker, c="k", linewidths=0.5, label=GROUP_NAMES[g])
+        ax.legend(loc="upper right", fontsize=6)
+    ax.set_title(title + "  (D dominant, N non-dominant, M missing)", fontsize=9)
+    ax.set_xlabel("class")
+    ax.set_ylabel("client")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+class ForgettingMonitor:
+    """Per-round τ for every participating client × class; mean τ per class type as metrics
+    (``forgetting/dominant|non_dominant|missing``), the [K, C] matrix (NaN rows = clients that did
+    not train this round) saved as ``diagnostics/forgetting/round_<t>.npy``, a heatmap every
+    ``draw_every`` rounds."""
+
+    def __init__(self, run):
+        cfg = run.cfg.eval.forgetting
+        for key, ok, allowed in (("every", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
+                                 ("draw_every", lambda v: isinstance(v, int) and v >= 0, "an integer >= 0 (0 = never)"),
+                                 ("gamma", lambda v: isinstance(v, (int, float)) and 0 < v <= 1, "a number in (0, 1]"),
+                                 ("xi", lambda v: isinstance(v, (int, float)) and v > 0, "a number > 0")):
+            v = OmegaConf.select(cfg, key)
+            if not ok(v) or isinstance(v, bool):
+                raise ConfigError(f"eval.forgetting.{key}", v, allowed)
+        self.run = run
+        self.every, self.draw_every = int(cfg.every), int(cfg.draw_every)
+        self.xi = float(cfg.xi)
+        self.groups = class_groups(run.data.counts, float(cfg.gamma))
+        self.rounds = int(run.cfg.rounds)
+        self.dir = run.run_dir / "diagnostics" / "forgetting"
+        self.global_start = None
+
+    def due(self, t: int) -> bool:
+        return t % self.every == 0 or t == self.rounds
+
+    def before_round(self, algo, t: int) -> None:
+        """Snapshot θ_g^r (the round-start global model) and ask the algorithm to keep its local models."""
+        g = algo.global_model() if self.due(t) else None
+        self.global_start = None if g is None else (clone(g[0]), clone(g[1]))
+        algo.keep_local = self.global_start is not None
+        algo.last_local = None
+
+    def class_accuracy(self, params, buffers) -> np.ndarray:
+        """[M, C] per-class accuracy of M stacked models on the global test set."""
+        data = self.run.data
+        idx = data.global_test_idx
+        y = data.y[data.tensor(idx)]
+        out = []
+        for logits in self.run.predict(params, buffers, [idx] * len(next(iter(params.values())))):
+            c, tot = confusion_counts(logits, y, data.num_classes)
+            out.append(np.divide(c, tot, out=np.zeros(len(c)), where=tot > 0))
+        return np.stack(out)
+
+    def after_round(self, algo, t: int) -> dict:
+        local, algo.keep_local, algo.last_local = algo.last_local, False, None
+        if self.global_start is None or local is None:
+            return {}
+        _, clients, res = local
+        p, b = self.global_start
+        acc_g = self.class_accuracy({k: v.unsqueeze(0) for k, v in p.items()}, {k: v.unsqueeze(0) for k, v in b.items()})[0]
+        tau = np.full(self.groups.shape, np.nan)
+        tau[clients] = forgetting_degree(acc_g, self.class_accuracy(res.params, res.buffers), self.xi)
+        self.global_start = None
+        self.dir.mkdir(parents=True, exist_ok=True)
+        np.save(self.dir / f"round_{t:05d}.npy", tau)
+        if not (self.dir / "class_groups.npy").exists():
+            np.save(self.dir / "class_groups.npy", self.groups)
+        if self.draw_every and (t % self.draw_every == 0 or t == self.rounds):
+            png = draw_forgetting(tau, self.groups, self.dir / f"round_{t:05d}.png", f"forgetting degree τ, round {t}")
+            self.run.image("forgetting", png, t)
+        return {f"forgetting/{k}": v for k, v in group_means(tau, self.groups).items()}
+
+
+__all__ = ["DOMINANT", "NON_DOMINANT", "MISSING", "GROUP_NAMES", "class_groups", "forgetting_degree", "group_means",
+           "draw_forgetting", "ForgettingMonitor"]

@@ -1,0 +1,198 @@
+"""FedKA (spec fedka.md): knowledge anchor construction, the discarded-logit L2 loss, executors, a short run."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import CONF, make_cfg, run_cfg
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf
+
+from fedbench.algorithms.fedka import knowledge_anchor_loss, pad_anchor
+from fedbench.config import validate  # (also registers the ${scaled:} resolver of the experiment configs)
+from fedbench.errors import ConfigError
+from fedbench.forgetting import DOMINANT, MISSING, NON_DOMINANT
+from fedbench.run import Run
+
+SKEWED = ["algorithm=fedka", "partition.alpha=0.1", "partition.test_split=global"]
+
+
+def _algo(tmp_path, *overrides):
+    run = Run(make_cfg(*SKEWED, *overrides), tmp_path)
+    run.setup()
+    return run.algorithm
+
+
+def test_knowledge_anchor_loss_hand_computed():
+    """L_KA = (1/|T|) Σ_a Σ_{k∉C_d} (z_g − z_l)²: dominant columns and padded anchors do not count."""
+    z_l = torch.tensor([[1.0, 2.0, 3.0], [0.0, -1.0, 4.0], [9.0, 9.0, 9.0]])
+    z_g = torch.tensor([[2.0, 0.0, 1.0], [1.0, 5.0, 4.5], [0.0, 0.0, 0.0]])
+    kept = torch.tensor([1.0, 0.0, 1.0])       # class 1 is dominant for this client
+    mask = torch.tensor([1.0, 1.0, 0.0])       # the third slot is padding
+    # anchor 0: (2-1)² + (1-3)² = 5; anchor 1: (1-0)² + (4.5-4)² = 1.25; |T| = 2
+    assert knowledge_anchor_loss(z_l, z_g, kept, mask).item() == pytest.approx((5 + 1.25) / 2)
+    z_l2 = z_l.clone()
+    z_l2[:, 1] += 100.0                         # a dominant-class logit is discarded by Φ
+    z_l2[2] -= 7.0                              # a padded anchor is masked
+    assert knowledge_anchor_loss(z_l2, z_g, kept, mask).item() == pytest.approx(3.125)
+    assert knowledge_anchor_loss(z_l, z_g, kept, torch.zeros(3)).item() == 0.0   # T = ∅ -> L = CE
+
+
+def test_pad_anchor_repeats_real_anchors_and_masks_them():
+    idx, mask = pad_anchor(np.array([7, 3]), 5, filler=0)
+    assert idx.tolist() == [7, 3, 7, 3, 7] and mask.tolist() == [1, 1, 0, 0, 0]
+    idx, mask = pad_anchor(np.array([], dtype=np.int64), 3, filler=11)
+    assert idx.tolist() == [11, 11, 11] and mask.sum() == 0
+
+
+def test_class_groups_and_shared_set(tmp_path):
+    """C_d / C_n / C_m follow n_k^c / n_k vs γ (Def. 1–2); S holds one training sample of each class."""
+    a = _algo(tmp_path, "algorithm.gamma=0.1", "clients=5")
+    share = a.data.counts / a.data.counts.sum(1, keepdims=True)
+    assert np.array_equal(a.groups == MISSING, a.data.counts == 0)
+    assert np.array_equal(a.groups == DOMINANT, share >= 0.1)
+    assert np.array_equal(a.groups == NON_DOMINANT, (share > 0) & (share < 0.1))
+    assert (a.groups == NON_DOMINANT).any() and (a.groups == MISSING).any()   # the test exercises every type
+    y = a.data.y.cpu().numpy()
+    assert (a.S < a.data.n_pool_train).all() and y[a.S].tolist() == list(range(a.data.num_classes))
+
+
+def test_anchor_construction(tmp_path):
+    """One own sample per non-dominant class, the shared sample S[c] for each missing class (and only
+    there), nothing for dominant classes; |T| ≤ μ by a random subset; resampled every round."""
+    a = _algo(tmp_path, "algorithm.gamma=0.1", "algorithm.mu=null", "clients=5")
+    y = a.data.y.cpu().numpy()
+    for k in range(a.K):
+        anchor, n_nd, n_m = a.knowledge_anchor(1, k, {})
+        labels = y[anchor]
+        own = np.isin(anchor, a.data.train_idx[k])
+        groups = a.groups[k, labels]
+        assert sorted(labels) == list(np.flatnonzero(a.groups[k] != DOMINANT))   # one anchor per C_n ∪ C_m class
+        assert (own == (groups == NON_DOMINANT)).all()                           # C_n: drawn from D_k
+        assert np.array_equal(anchor[groups == MISSING], a.S[labels[groups == MISSING]])   # C_m: the shared sample
+        assert (n_nd, n_m) == ((a.groups[k] == NON_DOMINANT).sum(), (a.groups[k] == MISSING).sum())
+    k = int(np.argmax((a.groups != DOMINANT).sum(1)))
+    full, _, _ = a.knowledge_anchor(3, k, {})
+    a.slots = 3                                       # μ = 3: a random subset of the same round's anchor
+    small, n_nd, n_m = a.knowledge_anchor(3, k, {})
+    assert len(full) > 3 and len(small) == 3 and n_nd + n_m == 3 and set(small) <= set(full)
+    subsets = {tuple(a.knowledge_anchor(t, k, {})[0]) for t in range(1, 9)}
+    assert len(subsets) > 1                           # resampled every round
+    a.slots = a.data.num_classes
+    k, c = np.argwhere((a.groups == NON_DOMINANT) & (a.data.counts > 1))[0]
+    picks = set()
+    for t in range(1, 9):
+        anchor = a.knowledge_anchor(t, k, {})[0]
+        picks.add(int(anchor[y[anchor] == c][0]))
+    assert len(picks) > 1                             # the non-dominant class's sample itself is redrawn
+
+
+@pytest.mark.parametrize("variant,kept_group", [("fedka_n", NON_DOMINANT), ("fedka_m", MISSING)])
+def test_ablation_anchors(tmp_path, variant, kept_group):
+    """KA(N): anchors for non-dominant classes only; KA(M): shared samples for missing classes only."""
+    a = _algo(tmp_path, f"algorithm={variant}", "algorithm.gamma=0.1", "algorithm.mu=null", "clients=5")
+    y = a.data.y.cpu().numpy()
+    for k in range(a.K):
+        anchor, _, _ = a.knowledge_anchor(1, k, {})
+        assert sorted(y[anchor]) == list(np.flatnonzero(a.groups[k] == kept_group))
+
+
+@pytest.mark.parametrize("strategy,pick", [("hard", np.argmax), ("proficient", np.argmin)])
+def test_hard_and_proficient_anchor_sampling(tmp_path, strategy, pick):
+    """Table 7: the non-dominant anchor is the class sample with the max (H) / min (P) global-model CE."""
+    a = _algo(tmp_path, f"algorithm.sampling={strategy}", "algorithm.gamma=0.3", "algorithm.mu=null", "clients=3")
+    clients = torch.arange(a.K)
+    losses = a.candidate_losses(clients)
+    for k in range(a.K):
+        anchor, _, _ = a.knowledge_anchor(1, k, losses)
+        for c, cand in a.candidates[k].items():
+            logits = a.fm({n: v for n, v in a.w.items()}, a.bn, a.data.x[a.data.tensor(cand)])
+            ce = F.cross_entropy(logits, a.data.y[a.data.tensor(cand)], reduction="none").detach().numpy()
+            assert cand[pick(ce)] in anchor
+
+
+def test_fedka_loss_is_ce_plus_beta_ka(tmp_path):
+    """Eq. 2 with the anchors in the same forward; with an empty anchor the loss is plain CE."""
+    a = _algo(tmp_path, "algorithm.beta=0.5", "model=mlp", "hardware.precision=fp64")
+    g = torch.Generator().manual_seed(0)
+    x, y = a.data.x[:6], a.data.y[:6]
+    ax = a.data.x[10:14]
+    z_g = torch.randn(4, 10, generator=g, dtype=torch.float64)
+    kept = (torch.arange(10) % 2).double()
+    ctx = {"anchor_x": ax, "anchor_mask": torch.tensor([1.0, 1, 1, 0], dtype=torch.float64), "anchor_logits": z_g, "kept": kept}
+    ce = F.cross_entropy(a.fm(a.w, a.bn, x), y)
+    z_a = a.fm(a.w, a.bn, ax)
+    ka = (((z_g - z_a) ** 2) * kept)[:3].sum() / 3
+    assert a.loss(a.fm, a.w, a.bn, x, y, ctx).item() == pytest.approx((ce + 0.5 * ka).item(), rel=1e-12)
+    ctx["anchor_mask"] = torch.zeros(4, dtype=torch.float64)
+    assert a.loss(a.fm, a.w, a.bn, x, y, ctx).item() == pytest.approx(ce.item(), rel=1e-12)
+
+
+@pytest.mark.parametrize("model", ["tiny_cnn", "mlp"])
+def test_sequential_equals_vectorized(tmp_path, model):
+    """Whole FedKA rounds (anchors, BN with concatenated anchors, aggregation) match across executors (fp64)."""
+    w = {}
+    for ex in ("sequential", "vectorized"):
+        run = Run(make_cfg(*SKEWED, f"model={model}", f"hardware.executor={ex}", "hardware.precision=fp64", "rounds=2",
+                           "participation=0.6", "logger=none"), tmp_path / ex)
+        run.execute()
+        w[ex] = run.algorithm.global_model()
+    for part in (0, 1):
+        for k, v in w["sequential"][part].items():
+            assert torch.allclose(v.double(), w["vectorized"][part][k].double(), atol=1e-10, rtol=0), k
+
+
+def test_beta_zero_is_fedavg(tmp_path):
+    """The KA term is FedKA's only change to FedAvg: β = 0 reproduces FedAvg's global model (no BN)."""
+    w = {}
+    for algo in ("fedavg", "fedka"):
+        run = Run(make_cfg(*SKEWED, f"algorithm={algo}", "model=mlp", "hardware.precision=fp64", "rounds=2"), tmp_path / algo)
+        if algo == "fedka":
+            run.cfg.algorithm.beta = 0.0
+        run.execute()
+        w[algo] = run.algorithm.global_model()[0]
+    assert all(torch.allclose(w["fedavg"][k], w["fedka"][k], atol=1e-10, rtol=0) for k in w["fedavg"])
+
+
+def test_short_fedka_run_logs_anchor_sizes(tmp_path):
+    s = run_cfg(make_cfg(*SKEWED, "model=tiny_cnn", "rounds=4", "local_epochs=2", "algorithm.mu=4",
+                         "eval.personalized=false"), tmp_path)
+    assert s["status"] == "complete" and "pers/acc" not in s["metrics"]
+    assert s["metrics"]["global/acc"]["best"] > 0.3                     # learns (10 classes, chance = 0.1)
+    rows = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
+    sizes = [r["fedka/anchor_size"] for r in rows if "fedka/anchor_size" in r]
+    assert len(sizes) == 4 and all(0 < v <= 4 for v in sizes)
+    groups = np.loadtxt(tmp_path / "fedka_class_groups.csv", delimiter=",", skiprows=1)
+    assert groups.shape == (5, 10)
+
+
+@pytest.mark.parametrize("key,value", [("sampling", "greedy"), ("mu", 0), ("gamma", 1.5), ("anchor_classes", "dominant")])
+def test_bad_hyperparameters_fail_before_training(tmp_path, key, value):
+    with pytest.raises(ConfigError, match=f"algorithm.{key}"):
+        Run(make_cfg("algorithm=fedka", f"algorithm.{key}={value}"), tmp_path).setup()
+
+
+def test_experiment_configs_compose_and_match_their_tables():
+    """Every fedka/table* config composes and passes the config checks; every swept algorithm exists; the
+    reference has a row per swept algorithm and exactly the swept columns (issue-8 methods: reference only)."""
+    names = ["table1", "table1_cifar100", "table1_tinyimagenet", "table2", "table2_cifar100", "table3", "table4",
+             "table5", "table6", "table6_cifar100", "table6_tinyimagenet", "table7", "table8", "beta", "gamma"]
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):   # one Hydra init for all compositions
+        for name in names:
+            sweep = {k: str(v).split(",") for k, v in OmegaConf.load(CONF / "experiment" / "fedka" / f"{name}.yaml")
+                     .hydra.sweeper.params.items()}
+            algos = sweep.get("algorithm", ["fedka"])
+            cfg = compose("config", overrides=[f"+experiment=fedka/{name}", f"algorithm={algos[-1]}"])
+            validate(cfg)
+            assert cfg.eval.personalized is False and cfg.partition.test_split == "global", name   # generic FL
+            for a in algos:
+                assert (CONF / "algorithm" / f"{a}.yaml").exists(), (name, a)
+                assert cfg.table.rows != "choice:algorithm" or a in cfg.table.reference, (name, a)
+            if cfg.table.cols:
+                assert all({str(c) for c in row} == set(sweep[cfg.table.cols]) for row in cfg.table.reference.values()), name
+    GlobalHydra.instance().clear()

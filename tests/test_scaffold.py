@@ -1,0 +1,85 @@
+"""SCAFFOLD: the corrected gradient g − c_k + c (as a linear loss term and as one real SGD step), option-II
+control variates and the server rule on hand-made values, the first round end to end, executors agree."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from baseline_checks import batch, executors_agree_and_it_learns, perturbed, setup_run
+
+from fedbench.algorithms.scaffold import effective_steps
+from fedbench.engine.stack import broadcast, tagged
+
+
+def test_corrected_gradient_is_g_minus_ck_plus_c(tmp_path):
+    """∇[CE(w) + ⟨w, c − c_k⟩] = g − c_k + c with g = ∇CE, for hand-made c and c_k; and one local SGD step
+    of the executor (lr η, no momentum) moves w by −η(g − c_k + c)."""
+    run = setup_run(tmp_path, "scaffold", "optim.momentum=0", "lr=0.1")
+    algo, fm = run.algorithm, run.fm
+    w = {k: v.requires_grad_(True) for k, v in perturbed(algo.w, 0.05, 0).items()}
+    c, c_k = perturbed({k: torch.zeros_like(v) for k, v in algo.w.items()}, 1.0, 1), perturbed(algo.w, 1.0, 2)
+    x, y = batch(run)
+    names = list(w)
+    ctx = tagged({k: c[k] - c_k[k] for k in names}, "correction")
+    got = torch.autograd.grad(algo.loss(fm, w, algo.bn, x, y, ctx), [w[k] for k in names])
+    g = torch.autograd.grad(F.cross_entropy(fm(w, algo.bn, x), y), [w[k] for k in names])
+    for k, a, b in zip(names, got, g):
+        assert torch.allclose(a, b - c_k[k] + c[k], atol=1e-12, rtol=0), k
+
+    # one real local step through the executor, client 0, one mini-batch = its first 16 samples
+    algo.c = c
+    algo.c_local = broadcast(c_k, algo.K)
+    start = {k: v.detach() for k, v in w.items()}
+    clients = torch.tensor([0])
+    res = algo.local_train(1, clients, broadcast(start, 1), broadcast(algo.bn, 1), loss=algo.loss,
+                           ctx=tagged({k: (c[k] - c_k[k]).unsqueeze(0) for k in names}, "correction"),
+                           steps=1, indices=[run.data.train_idx[0][:16]], batch_size=16)
+    for k, b in zip(names, g):
+        assert torch.allclose(res.params[k][0], start[k] - 0.1 * (b - c_k[k] + c[k]), atol=1e-12, rtol=0), k
+
+
+def test_control_variates_and_server_update_by_hand(tmp_path):
+    """N=4 clients, S={1,3}, one scalar parameter, η=0.1, steps K_1=2, K_3=5, η_g=1:
+    c_k⁺ = c_k − c + (x − y_k)/(K_k η);  x ← x + mean(y_k − x);  c ← c + (|S|/N)·mean(c_k⁺ − c_k)."""
+    run = setup_run(tmp_path, "scaffold", "clients=4", "lr=0.1")
+    algo = run.algorithm
+    f64 = lambda *v: torch.tensor(v if len(v) > 1 else v[0], dtype=torch.float64)  # noqa: E731  (scalar or [M])
+    algo.w, algo.bn = {"a": f64(1.0)}, {}
+    algo.c = {"a": f64(0.5)}
+    algo.c_local = {"a": f64(0.1, 0.2, 0.3, 0.4)}
+    algo.server_update(torch.tensor([1, 3]), {"a": f64(0.6, 1.4)}, {}, torch.tensor([2, 5]))
+    c1 = 0.2 - 0.5 + (1.0 - 0.6) / (2 * 0.1)     # = 1.7
+    c3 = 0.4 - 0.5 + (1.0 - 1.4) / (5 * 0.1)     # = -0.9
+    assert torch.allclose(algo.c_local["a"], f64(0.1, c1, 0.3, c3), atol=1e-12)
+    assert torch.allclose(algo.w["a"], f64(1.0 + ((0.6 - 1) + (1.4 - 1)) / 2), atol=1e-12)
+    assert torch.allclose(algo.c["a"], f64(0.5 + (2 / 4) * ((c1 - 0.2) + (c3 - 0.4)) / 2), atol=1e-12)
+
+
+def test_first_round_end_to_end(tmp_path):
+    """Round 1 (c = c_k = 0) trains exactly like FedAvg's clients; afterwards c_k = (x − y_k)/(K_k η) for the
+    participants (0 for the others), x = plain mean of the y_k, c = (|S|/N)·mean(c_k)."""
+    run = setup_run(tmp_path, "scaffold", "model=tiny_cnn")
+    algo = run.algorithm
+    clients = torch.tensor([0, 2, 3])
+    x0 = {k: v.clone() for k, v in algo.w.items()}
+    ref = algo.local_train(1, clients, broadcast(x0, 3), broadcast(algo.bn, 3))     # plain CE, same batches
+    algo.round(1, clients)
+    eta = float(run.cfg.lr)
+    for k in x0:
+        scale = (1.0 / (ref.steps.to(torch.float64) * eta)).view(-1, *([1] * x0[k].dim()))
+        expected_ck = (x0[k].unsqueeze(0) - ref.params[k]) * scale
+        assert torch.allclose(algo.c_local[k][clients], expected_ck, atol=1e-10), k
+        assert torch.count_nonzero(algo.c_local[k][[1, 4]]) == 0
+        assert torch.allclose(algo.w[k], ref.params[k].mean(0), atol=1e-12), k
+        assert torch.allclose(algo.c[k], (3 / 5) * expected_ck.mean(0), atol=1e-10), k
+    assert len(set(ref.steps.tolist())) > 1          # clients really took different numbers of steps
+
+
+def test_momentum_corrected_step_count():
+    """K momentum-SGD steps with constant gradient move (K − ρ(1−ρ^K)/(1−ρ))/(1−ρ) plain steps: K=2, ρ=0.5
+    moves g + 1.5g = 2.5g; ρ=0 gives K."""
+    assert torch.allclose(effective_steps(torch.tensor([1.0, 2.0]), 0.5), torch.tensor([1.0, 2.5]))
+    assert torch.equal(effective_steps(torch.tensor([7.0]), 0.0), torch.tensor([7.0]))
+
+
+def test_sequential_equals_vectorized_and_it_learns(tmp_path):
+    executors_agree_and_it_learns(tmp_path, "scaffold")
