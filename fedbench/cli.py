@@ -6,6 +6,8 @@ allowed) with exit code 2, before anything runs — for every value of a multiru
 """
 from __future__ import annotations
 
+import gc
+import json
 import os
 import sys
 from pathlib import Path
@@ -18,6 +20,7 @@ from .config import dirname
 from .errors import ConfigError, RunFailed
 from .preemption import Preempted
 
+FAILED_JOBS: list[int] = []   # exit codes of the jobs of a multirun that failed (the sweep goes on)
 CONF_DIR = Path(os.environ.get("FEDBENCH_CONF", Path(__file__).resolve().parent.parent / "conf"))
 GROUPS = ("algorithm", "dataset", "partition", "model", "hardware", "logger", "experiment")
 
@@ -106,6 +109,13 @@ def _task(cfg: DictConfig):
     try:
         summary = Run(cfg, hc.runtime.output_dir, group=group).execute()
     except ConfigError as e:
+        if multirun:  # e.g. one dataset of a grid is missing: report it, mark the dir, run the other jobs
+            print(f"fedbench: {e} (job {hc.job.num}: {hc.runtime.output_dir})", file=sys.stderr)
+            status = Path(hc.runtime.output_dir) / "status.json"
+            if not status.exists():
+                status.write_text(json.dumps({"status": "failed", "error": str(e)}))
+            FAILED_JOBS.append(2)
+            return None
         fail(str(e), 2)
     except Preempted as e:
         print(f"fedbench: {e} received: checkpoint saved in {hc.runtime.output_dir}; re-run the same command to resume",
@@ -114,8 +124,11 @@ def _task(cfg: DictConfig):
     except RunFailed as e:
         if multirun:  # one diverged run must not stop the sweep; it is marked failed in its dir
             print(f"fedbench: run failed: {e}", file=sys.stderr)
+            FAILED_JOBS.append(1)
             return None
         fail(f"run failed: {e}", 1)
+    finally:
+        gc.collect()  # a run's objects reference each other; free its data and models before the sweep's next job
     return summary.get("metrics")
 
 
@@ -140,6 +153,10 @@ def main() -> None:
             pos = next((i for i, a in enumerate(sys.argv) if i and "=" in a and not a.startswith("-")), len(sys.argv))
             sys.argv.insert(pos, f"hydra.sweep.dir='{sweep_dir(args)}'")
     _task()
+    if FAILED_JOBS:
+        print(f"fedbench: {len(FAILED_JOBS)} job(s) of the sweep failed (see the messages above and their status.json)",
+              file=sys.stderr)
+        sys.exit(max(FAILED_JOBS))
 
 
 if __name__ == "__main__":

@@ -15,9 +15,9 @@ networks have no BatchNorm running statistics, so they normalise with the batch 
 test batch exactly as the code's train-mode evaluation does.
 
 Fine-tuning runs through ``Algorithm.local_train`` (either executor) on the clients' train splits
-only; the test split is only ever read under ``torch.no_grad``. Algorithms listed in
-``no_finetune`` (FedAvg) or whose config sets ``new_clients_finetune: false`` (IFCA) — Table 1's rows
-without FT — are scored on their start model (S = 0).
+only; the test split is only ever read under ``torch.no_grad``. Algorithms whose config sets
+``new_clients_finetune: false`` (FedAvg, IFCA) — Table 1's rows without FT — are scored on their start
+model (S = 0).
 """
 from __future__ import annotations
 
@@ -71,11 +71,9 @@ class NewClients:
         return t == int(self.run.cfg.rounds) or (every > 0 and t % every == 0)
 
     def steps_for(self, algo) -> int:
-        """S, or 0 for an algorithm scored without fine-tuning: ``algorithm.new_clients_finetune: false`` (IFCA)
-        or, when the algorithm's config does not say, its name in ``no_finetune`` (FedAvg)."""
-        ft = OmegaConf.select(self.run.cfg, "algorithm.new_clients_finetune", default=None)
-        if ft is None:
-            ft = algo.name not in set(self.cfg.no_finetune or [])
+        """S, or 0 for an algorithm scored without fine-tuning (``algorithm.new_clients_finetune: false``:
+        the FedAvg and IFCA rows of CAFeMe's Table 1)."""
+        ft = OmegaConf.select(self.run.cfg, "algorithm.new_clients_finetune", default=True)
         return int(self.cfg.steps) if ft else 0
 
     def lr_for(self, algo) -> float:
@@ -158,6 +156,12 @@ class NewClients:
         finally:
             fm.set_mode(True)
         return out
+
+    def state_dict(self) -> dict:   # checkpoints (Run._monitors): the last evaluation survives a resume
+        return {"last": self.last}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.last = dict(state.get("last", {}))
 
     def summary(self, run_dir) -> dict:
         """Summary entries of the last evaluation; draws the clients × steps accuracy map."""

@@ -80,12 +80,16 @@ def _overrides(items, neutral: set) -> dict:
     """Hydra override strings -> {key: value string}, without ``+``/``~`` prefixes and results-neutral keys."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    out = {}
-    for o in OverridesParser.create().parse_overrides([str(i) for i in items or []]):
-        key = o.get_key_element().lstrip("+~")
-        if key.startswith("hydra.") or key.split("@")[0] in neutral or o.is_sweep_override():
-            continue
-        out[key] = o.get_value_element_as_str()
+    parser, out = OverridesParser.create(), {}
+    for item in map(str, items or []):
+        try:
+            [o] = parser.parse_overrides([item])
+            key, value = o.get_key_element(), o.get_value_element_as_str() if not o.is_sweep_override() else None
+        except Exception:   # noqa: BLE001  (an override Hydra's grammar cannot re-read: keep it as written)
+            key, _, value = item.partition("=")
+        key = key.lstrip("+~")
+        if value is not None and not key.startswith("hydra.") and key.split("@")[0] not in neutral:
+            out[key] = value
     return out
 
 
@@ -206,13 +210,13 @@ def collect(paths) -> list[RunRecord]:
     for position, p in enumerate(map(Path, paths)):
         if not p.is_dir():
             raise FileNotFoundError(f"not a directory: {p}")
-        sweeps = [d for d in _dirs(p) if (d / "multirun.yaml").exists()]
+        sweeps = {d: neutral_keys(d) for d in _dirs(p) if (d / "multirun.yaml").exists()}
         found = []
         for d in _dirs(p):
             if (d / ".hydra" / "hydra.yaml").exists() and d.resolve() not in seen:
                 seen.add(d.resolve())
                 sweep = next((s for s in sweeps if s in d.parents), None)
-                found.append(load_run(d, position, neutral_keys(sweep)))
+                found.append(load_run(d, position, sweeps[sweep] if sweep else neutral_keys(None)))
         for sweep in sweeps:
             jobs = expected_jobs(sweep)
             mine = [r for r in found if sweep in r.path.parents]
@@ -251,6 +255,7 @@ class Table:
     spec: dict                        # the table node (merged when several configs make one paper table)
     members: list                     # [(run, its own table node)]
     stem: str = ""
+    merged: bool = False              # several configs, one metric column each (FedKA Table 1's datasets)
 
     def __post_init__(self):
         s = self.spec
@@ -305,7 +310,7 @@ def group_tables(runs: list[RunRecord], metric: str | None = None) -> list[Table
         specs = [m[0][1] for m in parts]
         names = [set(map(str, s.get("metrics") or {})) for s in specs]
         if len(parts) > 1 and not any(s.get("cols") for s in specs) and sum(map(len, names)) == len(set().union(*names)):
-            tables.append(Table(_merge(specs), [m for members in parts for m in members]))
+            tables.append(Table(_merge(specs), [m for members in parts for m in members], merged=True))
         elif len(parts) > 1:   # same id, different tables: name the files after the experiment config
             for members in parts:
                 exp = members[0][0].choices.get("experiment") or members[0][1].get("title")
@@ -353,7 +358,7 @@ class Cell:
     def std(self):
         return float(np.std(self.values)) if self.values else None   # population std over seeds (ddof=0)
 
-    def text(self) -> str:
+    def text(self, decimals: int = 2) -> str:
         """``61.20 ± 0.40``, ``61.20 ± 0.40 (2/3, 1 failed)``, ``failed``, ``\\`` (never reached), ``not run``."""
         if not self.n_runs:
             return "not run"
@@ -363,22 +368,26 @@ class Cell:
             if set(self.other) == {"no value"}:
                 return "—"
             return ", ".join(k if n == self.n_runs else f"{n} {k}" for k, n in self.other.items())
-        s = fmt(self.mean) + (f" ± {fmt(self.std)}" if len(self.values) > 1 else "")
+        s = fmt(self.mean, decimals) + (f" ± {fmt(self.std, decimals)}" if len(self.values) > 1 else "")
         if self.other:
             s += f" ({len(self.values)}/{self.n_runs}, " + ", ".join(f"{n} {k}" for k, n in self.other.items()) + ")"
         return s
 
 
-def fmt(x, sign: bool = False) -> str:
+def fmt(x, decimals: int = 2, sign: bool = False) -> str:
     if x is None:
         return ""
-    x = float(x)
-    if x.is_integer() and abs(x) < 1e6:
-        s = str(int(x))
-    else:
-        ax = abs(x)
-        s = f"{x:.1f}" if ax >= 100 else f"{x:.2f}" if ax >= 1 else f"{x:.4f}"
-    return ("+" + s if sign and x > 0 else s)
+    s = f"{float(x):.{decimals}f}"
+    return "+" + s if sign and float(x) > 0 else s
+
+
+def decimals(numbers: list, percent: bool) -> int:
+    """Digits of a column: 2 for percentages; 0 when every number is whole (rounds, CCP lengths); 4 for fractions."""
+    if percent or not numbers:
+        return 2
+    if all(float(x).is_integer() for x in numbers):
+        return 0
+    return 4 if max(abs(x) for x in numbers) < 1 else 2
 
 
 @dataclass
@@ -406,6 +415,12 @@ class Report:
         else:
             self.columns = [Column(canon(n), n, n) for n in t.metrics]
         self.cells = {(row, c.key): self._cell(row, c) for row in self.row_keys for c in self.columns}
+        self.digits = {c.key: decimals([x for r in self.row_keys for x in self._numbers(r, c)], t.percent(c.metric))
+                       for c in self.columns}
+
+    def _numbers(self, row: str, col: Column) -> list:
+        cell, paper = self.cells[(row, col.key)], _number(self.paper(row, col))
+        return cell.values + ([cell.mean, cell.std] if cell.values else []) + ([paper] if paper is not None else [])
 
     def _order(self, key: str, values: list, ref: list, labels: dict) -> tuple[list, dict]:
         """Keys in the paper's order: numbers sorted; otherwise labels, then reference, then sweep order."""
@@ -420,13 +435,14 @@ class Report:
             keys.sort(key=float)
         else:
             rank = {k: i for i, k in enumerate(list(labels) + [r for r in ref if r not in labels])}
-            keys.sort(key=lambda k: (rank.get(k, len(rank)), keys.index(k)))
+            first = {k: i for i, k in enumerate(keys)}
+            keys.sort(key=lambda k: (rank.get(k, len(rank)), first[k]))
         return keys, {k: labels.get(k, names[k]) for k in keys}
 
     def _runs(self, row: str, col: Column) -> list:
         t = self.table
         return [(r, s) for r, s in self.members if canon(r.key(t.rows)) == row
-                and (canon(r.key(t.cols)) == col.key if t.cols else col.metric in map(str, s.get("metrics") or {}))]
+                and (canon(r.key(t.cols)) == col.key if t.cols else col.metric in _metric_names(s))]
 
     def _cell(self, row: str, col: Column) -> Cell:
         t, cell = self.table, Cell()
@@ -493,7 +509,7 @@ class Report:
             return ""
         if p is None:   # the paper prints no number: "\" for rounds-to-target (never reached), "—" otherwise
             return "\\" if self.table.metrics[col.metric] in DERIVED else "—"
-        return fmt(p) if _number(p) is not None else str(p)
+        return fmt(p, self.digits[col.key]) if _number(p) is not None else str(p)
 
     def diff(self, row: str, col: Column):
         p, m = _number(self.paper(row, col)), self.cells[(row, col.key)].mean
@@ -506,8 +522,10 @@ class Report:
     def seeds_note(self) -> str:
         ns = {self.cells[k].n_runs for k in self.cells if self.cells[k].n_runs}
         clean = not any(c.other for c in self.cells.values())
-        done = sum(r.status == "complete" for r, _ in self.members)
-        head = f"{done}/{len(self.members)} runs complete. Mean ± std over seeds (population std)"
+        done = [r for r, _ in self.members if r.status == "complete"]
+        rounds = {r.config.get("rounds") for r in done}
+        head = f"{len(done)}/{len(self.members)} runs complete" + \
+            (f" ({rounds.pop()} rounds each)" if len(rounds) == 1 else "") + ". Mean ± std over seeds (population std)"
         if clean and len(ns) == 1:
             return f"{head}; n = {ns.pop()} seed(s) per cell."
         return f"{head}; (k/n, ...) = k of the cell's n runs have a value, the others are listed."
@@ -537,11 +555,18 @@ class Report:
         for row in self.row_keys:
             line = [self.row_names[row]]
             for c in self.columns:
-                line.append(self.cells[(row, c.key)].text())
+                line.append(self.cells[(row, c.key)].text(self.digits[c.key]))
                 if self.has_paper(c):
-                    line += [self.paper_text(row, c), fmt(self.diff(row, c), sign=True)]
+                    line += [self.paper_text(row, c), fmt(self.diff(row, c), self.digits[c.key], sign=True)]
             out.append(line)
         return out
+
+
+def _metric_names(spec: dict) -> set:
+    """The columns a run's own table node asks for (with the Speedup that goes with rounds_to_target)."""
+    paths = {str(k): str(v) for k, v in (spec.get("metrics") or {}).items()}
+    derived = "rounds_to_target" in paths.values() and "speedup" not in paths.values()
+    return set(paths) | ({"Speedup"} if derived else set())
 
 
 def _is_num(k) -> bool:
@@ -591,7 +616,7 @@ def to_csv(rep: Report) -> str:
                         "ours_min": _csvnum(min(cell.values, default=None)), "ours_max": _csvnum(max(cell.values, default=None)),
                         "n": len(cell.values), "n_runs": cell.n_runs, "seeds": ";".join(map(str, cell.seeds)),
                         "values": ";".join(repr(v) for v in cell.values),
-                        "status": ";".join(f"{k}={n}" for k, n in cell.other.items()), "cell": cell.text(),
+                        "status": ";".join(f"{k}={n}" for k, n in cell.other.items()), "cell": cell.text(rep.digits[c.key]),
                         "paper": "" if p == "absent" else rep.paper_text(row, c), "diff": _csvnum(rep.diff(row, c))})
     return buf.getvalue()
 
@@ -603,31 +628,30 @@ def _csvnum(x) -> str:
 def print_rich(rep: Report, console=None) -> None:
     from rich.console import Console
     from rich.table import Table as RichTable
+    from rich.text import Text
 
     console = console or Console(width=max(100, shutil.get_terminal_size((180, 40)).columns))
-    rt = RichTable(title=rep.table.title, caption=rep.seeds_note())
-    rt.add_column(rep.row_title())
+    rt = RichTable(title=Text(rep.table.title), caption=Text(rep.seeds_note()))
+    rt.add_column(Text(rep.row_title()))
     for c in rep.columns:
-        rt.add_column(c.header, justify="right")
+        rt.add_column(Text(c.header), justify="right")
         if rep.has_paper(c):
             rt.add_column("paper", justify="right", style="dim")
             rt.add_column("Δ", justify="right", style="dim")
     for row, line in zip(rep.row_keys, rep.lines()):
-        styled, i = [line[0]], 1
+        styled, i = [Text(line[0])], 1
         for c in rep.columns:
             cell = rep.cells[(row, c.key)]
-            style = "red" if cell.other and not cell.values else "yellow" if cell.other or not cell.n_runs else None
-            styled.append(f"[{style}]{line[i]}[/]" if style else line[i])
+            style = "red" if "failed" in cell.other else "yellow" if cell.other or not cell.n_runs else ""
             n = 3 if rep.has_paper(c) else 1
-            styled += line[i + 1:i + n]
+            styled += [Text(line[i], style=style)] + [Text(x) for x in line[i + 1:i + n]]
             i += n
         rt.add_row(*styled)
     console.print(rt)
     for r in rep.incomplete():
-        console.print(f"  [yellow]{r.status}[/]: {r.path or _job(r)}" + (f" — {r.error}" if r.error else ""),
-                      highlight=False)
+        console.print(Text.assemble("  ", (r.status, "yellow"), f": {r.path or _job(r)}" + (f" — {r.error}" if r.error else "")))
     for warning in rep.warnings():
-        console.print(f"  [red]warning[/]: {warning}", highlight=False)
+        console.print(Text.assemble("  ", ("warning", "red"), f": {warning}"))
 
 
 # ---- plots -------------------------------------------------------------------------------------------------------
@@ -647,30 +671,37 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
+def _curve_metric(t: Table, path: str) -> str:
+    """The per-round metric behind a column: ``pers/acc`` for ``pers/acc.best``, ``global/acc`` for ``global/acc@10``."""
+    if path in DERIVED:
+        return t.target.get("metric", "global/acc")
+    return path.split("@")[0] if "@" in path else path.rsplit(".", 1)[0] if "." in path else path
+
+
 def curve_metrics(rep: Report) -> list[str]:
-    """The per-round metrics behind the table's columns (``pers/acc`` for ``pers/acc.best``, ...)."""
-    t, names = rep.table, []
-    for path in t.metrics.values():
-        name = t.target.get("metric", "global/acc") if path in DERIVED else path.split("@")[0] if "@" in path \
-            else path.rsplit(".", 1)[0] if "." in path else path
+    """The per-round metrics behind the table's columns that the runs logged at two rounds or more."""
+    names = []
+    for path in rep.table.metrics.values():
+        name = _curve_metric(rep.table, path)
         if name not in names and any(r.series(name)[1:2] for r, _ in rep.members if r.status == "complete"):
             names.append(name)
     return names
 
 
 def plot_curves(rep: Report, out: Path, band: str = "minmax") -> list[Path]:
-    """Per method, accuracy vs round: the mean over seeds and a band (min–max or ± std), one panel per column value."""
+    """Per method, accuracy vs round: the mean over seeds and a band (min–max or ± std); one panel per column value
+    (or per merged config's column), complete runs only."""
     plt, t, pngs = _plt(), rep.table, []
-    panels = list(rep.columns) if t.cols else [None]
     for metric in curve_metrics(rep):
+        panels = [c for c in rep.columns if t.cols or (t.merged and _curve_metric(t, t.metrics[c.metric]) == metric)]
+        n = max(1, len(panels))
         scale = 100.0 if t.spec.get("percent") and "acc" in metric else 1.0
-        n = len(panels)
         fig, axes = plt.subplots(math.ceil(n / 3), min(n, 3), figsize=(5.2 * min(n, 3), 3.6 * math.ceil(n / 3)),
                                  squeeze=False)
-        for ax, col in zip(axes.flat, panels):
+        for ax, col in zip(axes.flat, panels or [None]):
             for i, row in enumerate(rep.row_keys):
-                runs = [r for r, s in rep.members if r.status == "complete" and canon(r.key(t.rows)) == row
-                        and (col is None or canon(r.key(t.cols)) == col.key)]
+                runs = [r for r, _ in (rep._runs(row, col) if col else rep.members)
+                        if r.status == "complete" and canon(r.key(t.rows)) == row]
                 series = [dict(r.series(metric)) for r in runs]
                 common = sorted(set.intersection(*(set(s) for s in series))) if series else []
                 if len(common) < 2:
@@ -706,8 +737,9 @@ def plot_vs_keys(rep: Report, out: Path) -> list[Path]:
         fig, ax = plt.subplots(figsize=(6, 4))
         xs = [float(c.key) for c in rep.columns]
         for i, row in enumerate(rep.row_keys):
+            name = f"{rep.row_title()}={rep.row_names[row]}" if _is_num(row) and row not in t.labels else rep.row_names[row]
             _line(ax, xs, [rep.cells[(row, c.key)] for c in rep.columns], [rep.paper(row, c) for c in rep.columns],
-                  f"C{i % 10}", rep.row_names[row])
+                  f"C{i % 10}", name)
         _axes(ax, xs, xlabel, ylabel + (" (%)" if all(t.percent(c.metric) for c in rep.columns) else ""))
         ax.set_title(t.title, fontsize=9)
         pngs.append(_save(fig, out / f"{t.stem}_vs_{_slug(xlabel)}.png"))
@@ -745,7 +777,7 @@ def _axes(ax, xs, xlabel, ylabel):
     if min(xs) > 0 and max(xs) / min(xs) >= 10:
         ax.set_xscale("log")
     ax.set_xticks(xs)
-    ax.set_xticklabels([fmt(x) for x in xs])
+    ax.set_xticklabels([canon(x) for x in xs])
     ax.minorticks_off()
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
@@ -801,7 +833,10 @@ def report(dirs, out: Path | None = None, plots: bool = True, wandb: str | None 
         (out / f"{table.stem}.csv").write_text(to_csv(rep))
         mode = wandb_mode(wandb, rep)
         if mode != "disabled":
-            log_wandb(rep, pictures, out, mode, group=Path(dirs[0]).resolve().name)
+            try:
+                log_wandb(rep, pictures, out, mode, group=Path(dirs[0]).resolve().name)
+            except Exception as e:  # noqa: BLE001  (the files above are the report; W&B is a copy)
+                print(f"fedbench-report: W&B logging ({mode}) failed: {type(e).__name__}: {e}", file=sys.stderr)
         done.append((rep, pictures))
     return done
 
@@ -886,6 +921,7 @@ def tables_markdown(entries: list[dict]) -> str:
 def list_tables(argv=None) -> int:
     from rich.console import Console
     from rich.table import Table as RichTable
+    from rich.text import Text
 
     from .cli import CONF_DIR
 
@@ -899,9 +935,9 @@ def list_tables(argv=None) -> int:
     for col in ("paper", "config", "title", "runs", "command / reduced (CPU)"):
         rt.add_column(col, overflow="fold")
     for e in entries:
-        rt.add_row(PAPERS.get(e["paper"], e["paper"]), e["name"], e["title"], str(e["runs"]),
-                   e["command"] + (f"\n[dim]{e['reduced']}" + (f" ({e['note']})" if e["note"] else "") + "[/]"
-                                   if e["reduced"] else ""))
+        reduced = f"{e['reduced']}" + (f" ({e['note']})" if e["note"] else "") if e["reduced"] else ""
+        rt.add_row(PAPERS.get(e["paper"], e["paper"]), e["name"], Text(e["title"]), str(e["runs"]),
+                   Text.assemble(e["command"], ("\n" + reduced, "dim") if reduced else ""))
     console.print(rt)
     if args.markdown:
         args.markdown.write_text(tables_markdown(entries))

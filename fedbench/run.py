@@ -92,8 +92,11 @@ class Run:
         check_writable(self.run_dir, float(cfg.checkpoint.min_free_mb))
         hw = cfg.hardware
         self.device = pick_device(hw.device)
-        if hw.threads:
+        if hw.threads:   # torch's and NumPy/SciPy's BLAS pools alike (server-side solvers use the latter)
             torch.set_num_threads(int(hw.threads))
+            from threadpoolctl import threadpool_limits
+
+            threadpool_limits(limits=int(hw.threads))
         torch.use_deterministic_algorithms(bool(hw.deterministic), warn_only=True)
         self.dtype = torch.float64 if hw.precision == "fp64" else torch.float32
 

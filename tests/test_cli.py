@@ -91,6 +91,14 @@ BAD = [
     (["hardware=cuda"], "hardware.device='cuda'", "CUDA is not available"),
     (["dataset=mnist", "dataset.root=/nonexistent"], "dataset.root='/nonexistent'", "looked in"),
     (["optim.name=rmsprop"], "optim.name='rmsprop'", "sgd, adam"),
+    (["+experiment=fedrema/nope"], "experiment='fedrema/nope'", "fedrema/table3"),
+    (["batch_size=0"], "batch_size=0", "an integer >= 1"),
+    (["eval_every=1.5"], "eval_every=1.5", "an integer >= 1"),
+    (["hardware.executor=gpu"], "hardware.executor='gpu'", "auto, sequential, vectorized"),
+    (["logger.wandb.mode=cloud"], "logger.wandb.mode='cloud'", "offline"),
+    (["partition=complementary_pairs", "clients=7"], "clients=7", "2 × number of class pairs"),
+    (["algorithm=fedcom"], "partition", "complementary_pairs"),
+    (["partition=dominant_groups", "partition.s=1.5"], "partition.s=1.5", "s ≤ 1"),
 ]
 
 

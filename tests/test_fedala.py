@@ -7,10 +7,10 @@ import torch
 import torch.nn.functional as F
 from conftest import make_cfg
 
-from fedbench.run import Run
 from fedbench import seeding
 from fedbench.algorithms.fedala import param_layers
 from fedbench.engine.stack import rows
+from fedbench.run import Run
 
 FP64 = ["hardware.precision=fp64", "hardware.threads=1"]
 

@@ -6,8 +6,8 @@ import numpy as np
 import torch
 from conftest import make_cfg
 
-from fedbench.run import Run
 from fedbench.algorithms.fedfomo import epsilon_greedy, fomo_weights, pair_distances
+from fedbench.run import Run
 
 FP64 = ["hardware.precision=fp64", "hardware.threads=1"]
 

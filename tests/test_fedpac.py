@@ -10,9 +10,10 @@ import torch
 import torch.nn.functional as F
 from conftest import make_cfg
 
-from fedbench.run import Run
-from fedbench.algorithms.fedpac import bias_matrix, combination_weights, feature_statistics, simplex_qp, weighted_centroids
+from fedbench.algorithms.fedpac import (bias_matrix, combination_weights, feature_statistics, simplex_qp,
+                                        weighted_centroids)
 from fedbench.engine.stack import broadcast, mix, rows, select, weighted_mean
+from fedbench.run import Run
 
 FP64 = ["hardware.precision=fp64", "hardware.threads=1"]
 

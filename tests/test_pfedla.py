@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 from conftest import make_cfg
 
-from fedbench.run import Run
 from fedbench.algorithms.fedala import param_layers
 from fedbench.algorithms.pfedla import init_hypernetwork, layer_weights, layerwise_mix
+from fedbench.run import Run
 
 FP64 = ["hardware.precision=fp64", "hardware.threads=1"]
 

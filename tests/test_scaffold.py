@@ -40,7 +40,7 @@ def test_corrected_gradient_is_g_minus_ck_plus_c(tmp_path):
 def test_control_variates_and_server_update_by_hand(tmp_path):
     """N=4 clients, S={1,3}, one scalar parameter, η=0.1, steps K_1=2, K_3=5, η_g=1:
     c_k⁺ = c_k − c + (x − y_k)/(K_k η);  x ← x + mean(y_k − x);  c ← c + (|S|/N)·mean(c_k⁺ − c_k)."""
-    run = setup_run(tmp_path, "scaffold", "clients=4", "lr=0.1")
+    run = setup_run(tmp_path, "scaffold", "clients=4", "lr=0.1", "algorithm.momentum_corrected_steps=false")
     algo = run.algorithm
     f64 = lambda *v: torch.tensor(v if len(v) > 1 else v[0], dtype=torch.float64)  # noqa: E731  (scalar or [M])
     algo.w, algo.bn = {"a": f64(1.0)}, {}
@@ -54,10 +54,21 @@ def test_control_variates_and_server_update_by_hand(tmp_path):
     assert torch.allclose(algo.c["a"], f64(0.5 + (2 / 4) * ((c1 - 0.2) + (c3 - 0.4)) / 2), atol=1e-12)
 
 
+def test_momentum_corrected_control_variate(tmp_path):
+    """momentum ρ=0.5, K=2 steps, η=0.1: the divisor is 2.5·η (two momentum steps move g + 1.5g), not 2·η."""
+    run = setup_run(tmp_path, "scaffold", "clients=2", "lr=0.1", "optim.momentum=0.5",
+                    "algorithm.momentum_corrected_steps=true")
+    algo = run.algorithm
+    f64 = lambda v: torch.tensor(v, dtype=torch.float64)  # noqa: E731
+    algo.w, algo.bn, algo.c, algo.c_local = {"a": f64(1.0)}, {}, {"a": f64(0.0)}, {"a": f64([0.0, 0.0])}
+    algo.server_update(torch.tensor([0]), {"a": f64([0.5])}, {}, torch.tensor([2]))
+    assert torch.allclose(algo.c_local["a"], f64([(1.0 - 0.5) / (2.5 * 0.1), 0.0]))
+
+
 def test_first_round_end_to_end(tmp_path):
     """Round 1 (c = c_k = 0) trains exactly like FedAvg's clients; afterwards c_k = (x − y_k)/(K_k η) for the
     participants (0 for the others), x = plain mean of the y_k, c = (|S|/N)·mean(c_k)."""
-    run = setup_run(tmp_path, "scaffold", "model=tiny_cnn")
+    run = setup_run(tmp_path, "scaffold", "model=tiny_cnn", "algorithm.momentum_corrected_steps=false")
     algo = run.algorithm
     clients = torch.tensor([0, 2, 3])
     x0 = {k: v.clone() for k, v in algo.w.items()}

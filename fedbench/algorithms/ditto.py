@@ -12,6 +12,11 @@ from . import register
 from .base import Algorithm
 
 
+def _number(v, kind) -> bool:
+    """``v`` is an int (``kind=int``) or an int/float (``kind=float``), not a bool."""
+    return not isinstance(v, bool) and isinstance(v, int if kind is int else (int, float))
+
+
 @register
 class Ditto(Algorithm):
     """Ditto Algorithm 1, for every client k of round t (all as stacks over the round's clients):
@@ -32,12 +37,12 @@ class Ditto(Algorithm):
 
     def setup(self):
         hp = self.hp
-        if isinstance(hp.lam, bool) or not isinstance(hp.lam, (int, float)) or hp.lam < 0:
+        if not _number(hp.lam, float) or hp.lam < 0:
             raise ConfigError("algorithm.lam", hp.lam, "a number >= 0 (the proximal weight lambda)")
         if hp.personal_steps is None:
-            if isinstance(hp.personal_epochs, bool) or not isinstance(hp.personal_epochs, int) or hp.personal_epochs < 1:
+            if not _number(hp.personal_epochs, int) or hp.personal_epochs < 1:
                 raise ConfigError("algorithm.personal_epochs", hp.personal_epochs, "an integer >= 1 (or set personal_steps)")
-        elif isinstance(hp.personal_steps, bool) or not isinstance(hp.personal_steps, int) or hp.personal_steps < 1:
+        elif not _number(hp.personal_steps, int) or hp.personal_steps < 1:
             raise ConfigError("algorithm.personal_steps", hp.personal_steps, "null (use personal_epochs) or an integer >= 1")
         self.w, self.bn = self.initial_model()                             # global model w^t
         self.V, self.VB = broadcast(self.w, self.K), broadcast(self.bn, self.K)  # personal models v_k, all clients

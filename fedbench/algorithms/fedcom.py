@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..engine.stack import mix, rows
+from ..engine.stack import mix
 from ..errors import ConfigError
 from . import register
 from .ditto import Ditto
@@ -78,8 +78,8 @@ class FedCOM(Ditto):
         peers = clients[complementary_peers(scores, bool(self.hp.exclude_self)).cpu()]   # k_com, client ids
         # Eq. 2 as one [M, K] mixing matrix on the round-start personal models (synchronous snapshot, §9.4)
         merge = 0.5 * (torch.nn.functional.one_hot(clients, self.K) + torch.nn.functional.one_hot(peers, self.K))
-        v = mix(self.V, merge)
-        vb = {k: (mix({k: b}, merge)[k] if b.is_floating_point() else rows({k: b}, clients)[k]) for k, b in self.VB.items()}
+        v, vb = mix(self.V, merge), mix(self.VB, merge)
+        vb = {k: (vb[k] if b.is_floating_point() else b[clients]) for k, b in self.VB.items()}   # BN counters: own
         final = t == int(self.cfg.rounds)
         self.publish_matrix("matching_scores", t, scores, draw=final, xlabel="candidate p", ylabel="requester k")
         self.publish_matrix("important_channels", t, idx, draw=False)

@@ -96,7 +96,8 @@ class FedFomo(Algorithm):
         hp = self.hp
         eps = max(0.0, float(hp.epsilon) - (t - 1) * float(hp.epsilon_decay))
         avail = torch.nonzero(self.uploaded).flatten().tolist()
-        peers = [epsilon_greedy(self.affinity.numpy()[k], [j for j in avail if j != k], int(hp.M), eps,
+        affinity = self.affinity.cpu().numpy()
+        peers = [epsilon_greedy(affinity[k], [j for j in avail if j != k], int(hp.M), eps,
                                 seeding.rng(self.seed, "fomo_peers", t, k)) for k in clients.tolist()]
         A, metrics = self.first_order_update(clients, peers)
         start = {n: torch.tensordot(A.to(v), v, dims=([1], [0])) for n, v in self.P.items()}       # Eq. 7 as W @ θ
@@ -142,7 +143,7 @@ class FedFomo(Algorithm):
         for i in range(m):
             n = len(peers[i])
             if n:
-                self.affinity[ks[i], peers[i]] += w[i, :n]
+                self.affinity[ks[i], peers[i]] += w[i, :n].to(self.affinity.device)
                 A[i, peers[i]] += wn[i, :n]
                 A[i, ks[i]] -= wn[i, :n].sum()
         return A, {"fedfomo/positive_peers": float((w > 0).sum(1).double().mean()),
@@ -154,7 +155,7 @@ class FedFomo(Algorithm):
     def global_model(self):
         """No global model in FedFomo; the generic model (FedKA Table 9 [REC]) is the n_k-weighted average of
         the uploaded client models (all clients' initial model before any upload)."""
-        w = self.n * (self.uploaded.double() if self.uploaded.any() else 1.0)
+        w = self.n * (self.uploaded.cpu().double() if self.uploaded.any() else 1.0)
         return weighted_mean(self.P, w), weighted_mean(self.B, w)
 
     def finish(self, run_dir) -> dict:

@@ -192,6 +192,8 @@ class VectorizedExecutor(Executor):
     @torch.no_grad()
     def predict(self, fm: FModel, params: Stack, buffers: Stack, x: torch.Tensor, idx: list[torch.Tensor]) -> list[torch.Tensor]:
         """Clients stacked, samples padded to the longest client (eval mode: no cross-sample interaction)."""
+        if fm.eval_uses_batch_stats:   # padding would enter the batch statistics: evaluate client by client
+            return super().predict(fm, params, buffers, x, idx)
         fm.set_mode(False)
         n = max((len(i) for i in idx), default=0)
         f = vmap(fm)

@@ -19,6 +19,10 @@ class FModel:
         self.net = net
         self.param_names = [n for n, _ in net.named_parameters()]
         self.buffer_names = [n for n, _ in net.named_buffers()]
+        # BatchNorm without running statistics normalises eval batches by their own statistics (CAFeMe's
+        # networks): then the samples of one forward pass interact and evaluation must not pad batches
+        self.eval_uses_batch_stats = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and not m.track_running_stats
+                                         for m in net.modules())
 
     def __call__(self, params, buffers, x):
         """Logits."""
