@@ -402,7 +402,7 @@ class Report:
 
     def __init__(self, table: Table):
         self.table = t = table
-        self.members = [(r, s) for r, s in t.members]
+        self.members = list(t.members)
         self.row_keys, self.row_names = self._order(t.rows, [r.key(t.rows) for r, _ in self.members],
                                                     list(t.reference), t.labels)
         if t.cols:

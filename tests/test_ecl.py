@@ -124,6 +124,9 @@ def test_phase_two_trains_the_named_layers_and_predicts_with_eq6(tmp_path):
     zs = [run.predict(rows(P, clients), rows(B, clients), idx) for P, B in algo.components]
     for k in range(algo.K):
         assert torch.allclose(mixed[k], combine_logits(torch.stack([z[k] for z in zs]), algo.mix[k]), atol=1e-4)
+    # the predictors are self-contained: a later change of the phase-I model does not leak into them
+    algo.phase1.w = {k: torch.zeros_like(v) for k, v in algo.phase1.w.items()}
+    assert all(torch.equal(a, b) for a, b in zip(mixed, algo.client_logits(clients, idx, 2)))
     # the last evaluation scored those predictors; the phase-I lr schedule was applied
     y = run.data.y[run.data.tensor(idx[0])]
     acc = [(mixed[k].argmax(1) == y).float().mean().item() for k in range(algo.K)]

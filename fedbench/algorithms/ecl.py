@@ -276,7 +276,10 @@ class OneShotPersonalization(Algorithm):
     def _shared_test_logits(self, sel, ids_np) -> list[torch.Tensor]:
         """One test set for all clients (ECL's global test split): the trunk runs once per chunk."""
         fm, x, ids = self.fm, self.data.x, self.data.tensor(ids_np)
-        w, bn = self.global_model()
+        if self.components is None:
+            w, bn = self.global_model()
+        else:   # the trunk every component shares (by construction): take it from any of them
+            w, bn = ({k: v[0] for k, v in stack.items()} for stack in self.components[0])
         chunk = int(self.executor.eval_batch)
         s = self.split if self.components is not None else len(fm.net.body)
         parts: list[list[torch.Tensor]] = [[] for _ in sel]

@@ -73,5 +73,16 @@ class PerFedAvg(Algorithm):
     def global_model(self):
         return self.w, self.bn
 
+    def client_models(self, clients, t):
+        """Personalized models: ``eval_steps`` SGD steps of size α from the global model on local data
+        (PFLlib's Per-FedAvg evaluation, one step — FedReMa's Table 1); 0 = the global model itself."""
+        steps = int(self.hp.get("eval_steps", 0))
+        m = len(clients)
+        if steps == 0:
+            return broadcast(self.w, m), broadcast(self.bn, m)
+        res = self.local_train(t, clients, broadcast(self.w, m), broadcast(self.bn, m), steps=steps,
+                               opt=OptimSpec(name="sgd", lr=self.alpha), purpose="personalize", persistent_state=False)
+        return res.params, res.buffers
+
 
 __all__ = ["PerFedAvg"]
