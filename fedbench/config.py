@@ -73,6 +73,8 @@ CHECKS: dict[str, tuple] = {
     "optim.nesterov": boolean(),
     "optim.clip_grad_norm": number(0, None, lo_open=True, optional=True),
     "optim.persistent_state": boolean(),
+    "optim.lr_decay_round": (lambda v: v is None or (_is_int(v) and v >= 0), "null or a round >= 0"),
+    "optim.lr_decay_to": number(0, None, lo_open=True, optional=True),
     "eval.final_window": int_at_least(1),
     "eval.personalized": boolean(),
     "eval.global_model": boolean(),
@@ -101,6 +103,8 @@ def validate(cfg) -> None:
             continue  # optional sections (e.g. checkpoint) may be absent in old configs
         if not ok(value):
             raise ConfigError(key, value, allowed)
+    if OmegaConf.select(cfg, "optim.lr_decay_round") is not None and OmegaConf.select(cfg, "optim.lr_decay_to") is None:
+        raise ConfigError("optim.lr_decay_to", None, "a learning rate > 0 when optim.lr_decay_round is set")
     if cfg.optim.nesterov and cfg.optim.momentum <= 0:
         raise ConfigError("optim.nesterov", True, "needs optim.momentum > 0")
     from .algorithms import ALGORITHMS

@@ -15,7 +15,11 @@ CONF = REPO / "conf"
 # Tiny, fast, offline defaults for every test run (the embedded digits data, files only).
 FAST = ["logger=none", "hardware=cpu", "rounds=3", "clients=5", "local_epochs=1"]
 
-torch.set_num_threads(int(os.environ.get("FEDBENCH_TEST_THREADS", "2")))
+# One thread: the test models are tiny (thread sync costs more than it gains) and a busy machine's shared
+# cores make OpenMP's spin-waits very slow. Subprocesses (CLI tests) inherit OMP_NUM_THREADS.
+THREADS = os.environ.get("FEDBENCH_TEST_THREADS", "1")
+os.environ["OMP_NUM_THREADS"] = THREADS
+torch.set_num_threads(int(THREADS))
 os.environ.setdefault("WANDB_SILENT", "true")
 os.environ["WANDB_MODE"] = "offline"  # safety net: no test may reach the network
 

@@ -85,7 +85,7 @@ BAD = [
     (["participation=0"], "participation=0", "(0, 1]"),
     (["-m", "rounds=2,-1"], "rounds=-1", "an integer >= 1"),
     (["partition.alpha=0"], "partition.alpha=0", "0 < alpha"),
-    (["partition=shards", "clients=7"], "partition.num_shards", "clients"),
+    (["partition=shards", "partition.num_shards=30", "clients=7"], "partition.num_shards=30", "clients × shards_per_client = 14"),
     (["clients=5000"], "clients=5000", "number of train samples"),
     (["model=cnn"], "model='cnn'", "1x8x8"),
     (["hardware=cuda"], "hardware.device='cuda'", "CUDA is not available"),
@@ -99,6 +99,7 @@ BAD = [
     (["partition=complementary_pairs", "clients=7"], "clients=7", "2 × number of class pairs"),
     (["algorithm=fedcom"], "partition", "complementary_pairs"),
     (["partition=dominant_groups", "partition.s=1.5"], "partition.s=1.5", "s ≤ 1"),
+    (["algorithm=ecl", "algorithm.num_experts=0"], "algorithm.num_experts=0", "an integer >= 1"),
 ]
 
 

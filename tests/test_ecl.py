@@ -91,7 +91,7 @@ def test_head_tail_accuracy_uses_local_groups_and_global_halves():
 # ---------------------------------------------------------------------------- phase II on a real federation
 def test_phase_two_trains_the_named_layers_and_predicts_with_eq6(tmp_path):
     run, summary = _run(tmp_path, *TINY_RESNET, "algorithm=ecl", "rounds=2", "algorithm.phase2_epochs=1",
-                        "algorithm.lr_decay_round=1", "algorithm.lr_decay_to=0.01", "lr=0.05")
+                        "optim.lr_decay_round=1", "optim.lr_decay_to=0.01", "lr=0.05")
     algo: ECL = run.algorithm
     w, bn = algo.global_model()
     calibrated, head_expert, tail_expert = algo.components
@@ -153,6 +153,24 @@ def test_phase_two_sequential_equals_vectorized_fp64(tmp_path):
     assert sa["final"]["pers_client_class_acc"] == sb["final"]["pers_client_class_acc"]
 
 
+def test_resumed_run_equals_uninterrupted(tmp_path):
+    """The checkpoint holds the phase-I method's state: resumed from round 1, phase II ends in the same predictors."""
+    args = [*LONGTAIL, *TINY_RESNET, "algorithm=ecl", "rounds=2", "checkpoint.every=1", "algorithm.phase2_epochs=1",
+            "hardware.precision=fp64"]
+    full = Run(make_cfg(*args), tmp_path)
+    full.execute()                              # leaves the round-1 checkpoint
+    (tmp_path / "summary.json").unlink()        # as if it had been killed during round 2
+    status = json.loads((tmp_path / "status.json").read_text())
+    (tmp_path / "status.json").write_text(json.dumps({**status, "status": "running"}))
+    resumed = Run(make_cfg(*args, "resume=true"), tmp_path)
+    summary = resumed.execute()
+    first = [next(h["time/round"] for h in r.history if h["round"] == 1) for r in (full, resumed)]
+    assert first[0] == first[1]                 # round 1 came from the checkpoint
+    for (Pa, Ba), (Pb, Bb) in zip(full.algorithm.components, resumed.algorithm.components):
+        assert all(torch.equal(Pa[k], Pb[k]) for k in Pa) and all(torch.equal(Ba[k], Bb[k]) for k in Ba)
+    assert "lt/tail_acc" in summary
+
+
 def test_bad_config_values_fail_in_setup(tmp_path):
     for bad, key in (("algorithm.num_experts=0", "algorithm.num_experts"), ("algorithm.phase_one=ecl", "algorithm.phase_one"),
                      ("algorithm.lam=1.5", "algorithm.lam"), ("algorithm.logit_scaling=l1", "algorithm.logit_scaling")):
@@ -175,7 +193,7 @@ def test_tail_class_accuracy_beats_fedavg_ft(tmp_path):
     common = ["model=mlp", "model.head_hidden=[64]", "clients=10", "rounds=5", "local_epochs=2", "eval_every=5", "lr=0.1"]
     for seed in (0, 1):
         tails = {}
-        for alg, extra in (("ecl", ["algorithm.lr_decay_round=null", "algorithm.phase2_epochs=5"]),
+        for alg, extra in (("ecl", ["algorithm.phase2_epochs=5"]),
                            ("fedavg_ft", ["algorithm.ft_epochs=5", "algorithm.ft_lr=0.01"])):
             run, summary = _run(tmp_path / f"{alg}{seed}", *common, f"algorithm={alg}", f"seed={seed}", *extra)
             tails[alg] = head_tail_accuracy(run.data.counts, summary["final"]["pers_client_class_acc"])["tail_acc"]

@@ -111,7 +111,7 @@ class Algorithm:
                                      epochs=epochs, steps=steps, drop_last=bool(self.cfg.drop_last),
                                      weights=sample_weights, device=self.data.x.device,
                                      batches_per_step=batches_per_step)
-        opt = opt or self.opt
+        opt = opt or self.opt_at(t)
         persistent = bool(self.cfg.optim.persistent_state) if persistent_state is None else persistent_state
         state = None
         if persistent and (purpose == "train" or persistent_state):  # an explicit True also persists other phases
@@ -146,6 +146,14 @@ class Algorithm:
         if draw:
             png = heatmap(m, d / f"round_{t:05d}.png", title or f"{name} (round {t})", xlabel, ylabel, **kw)
             self.run.image(name, png, t)
+
+    def opt_at(self, t: int) -> OptimSpec:
+        """The run's optimizer in round ``t``: ``lr``, or ``optim.lr_decay_to`` after round ``optim.lr_decay_round``
+        (a step decay, e.g. ECL §4.1: 0.1 -> 0.01 after round 200)."""
+        d = self.cfg.optim.get("lr_decay_round")
+        if d is not None and t > int(d):
+            return self.opt.replace(lr=float(self.cfg.optim.lr_decay_to))
+        return self.opt
 
     def aggregate(self, stack: Stack, clients: torch.Tensor) -> Stack:
         """FedAvg: the average weighted by local training-set sizes n_k (McMahan et al. 2017, Eq. 1)."""

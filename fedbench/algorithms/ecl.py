@@ -157,7 +157,7 @@ def head_tail_accuracy(counts: np.ndarray, class_acc: np.ndarray) -> dict:
 
 # ---------------------------------------------------------------------------- the two-phase skeleton
 class OneShotPersonalization(Algorithm):
-    """Phase I: ``phase_one`` (a registered global method) with a step-decayed lr; phase II: once, after the
+    """Phase I: ``phase_one`` (a registered global method, the run's optimizer); phase II: once, after the
     last round, :meth:`personalize` builds each client's predictor. Subclasses implement ``personalize``.
 
     A personalized predictor is a list of stacked models (``self.components``, [K] rows each) mixed per class
@@ -173,9 +173,6 @@ class OneShotPersonalization(Algorithm):
     def setup(self):
         allowed = sorted(n for n, c in ALGORITHMS.items() if not issubclass(c, OneShotPersonalization))
         phase_one = self.checked_hp("phase_one", (lambda v: v in allowed, "a registered global method: " + ", ".join(allowed)))
-        decay = self.checked_hp("lr_decay_round", (lambda v: v is None or (isinstance(v, int) and v >= 0), "null or a round ≥ 0"))
-        self.lr_decay_round = None if decay is None else int(decay)
-        self.lr_decay_to = self.checked_hp("lr_decay_to", number(0, lo_open=True, optional=decay is None))
         self.frozen_bn = self.checked_hp("frozen_bn", one_of("global", "local"))
         if self.trains_phase_two:
             self.phase2_epochs = int(self.checked_hp("phase2_epochs", int_at_least(1)))
@@ -207,17 +204,10 @@ class OneShotPersonalization(Algorithm):
         return 0 if self.frozen_bn == "local" else min((body_index(k, n) for k in names), default=n)
 
     # ---- phase I --------------------------------------------------------------------------------
-    def phase_one_lr(self, t: int) -> float:
-        """ECL §4.1: lr for rounds 1..lr_decay_round, ``lr_decay_to`` afterwards (0-indexed ``epoch >= 200``)."""
-        if self.lr_decay_round is not None and t > self.lr_decay_round:
-            return float(self.lr_decay_to)
-        return float(self.opt.lr)
-
     def round(self, t, clients):
-        lr = self.phase_one_lr(t)
-        self.phase1.opt = self.opt.replace(lr=lr)
+        # phase I trains with the run's optimizer and its lr step decay (optim.lr_decay_round/_to; ECL §4.1)
         out = dict(self.phase1.round(t, clients))
-        out["train/lr"] = lr
+        out["train/lr"] = self.opt_at(t).lr
         if t == int(self.cfg.rounds):
             w, bn = self.phase1.global_model()
             out.update(self.personalize(t, w, bn))
