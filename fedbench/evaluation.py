@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from .algorithms.base import Algorithm
+
 
 def confusion_counts(logits: torch.Tensor, y: torch.Tensor, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
     """(correct per class, total per class)."""
@@ -29,6 +31,12 @@ class Evaluator:
             # optional hook for predictors that are not one plain model per client (FedProto's nearest
             # prototype, FedRoD's generic + personal heads): client_logits(clients, idx, t) -> list of logits
             outputs = algo.client_logits(clients, test_idx, t)
+        elif type(algo).client_models is Algorithm.client_models and not self.run.fm.eval_uses_batch_stats:
+            # every client's model is the global model (FedAvg & co.): one pass over the distinct test samples
+            g = algo.global_model()
+            if g is None:
+                return {}
+            outputs = self.shared_model_logits(g, test_idx)
         else:
             models = algo.client_models(clients, t)
             if models is None:
@@ -60,6 +68,16 @@ class Evaluator:
                 self.last[f"pers_client_{part}_acc"] = a.tolist()
                 out[f"pers/{part}_acc"] = float(a.mean())
         return out
+
+    def shared_model_logits(self, model, idx: list[np.ndarray]) -> list[torch.Tensor]:
+        """One model's logits on several clients' (possibly overlapping) test sets, each sample predicted once."""
+        p, b = model
+        flat = np.concatenate(idx) if idx else np.zeros(0, dtype=np.int64)
+        uniq, inverse = np.unique(flat, return_inverse=True)
+        logits = self.run.predict({k: v.unsqueeze(0) for k, v in p.items()}, {k: v.unsqueeze(0) for k, v in b.items()},
+                                  [uniq])[0]
+        per = logits[torch.as_tensor(inverse, device=logits.device)]
+        return list(torch.split(per, [len(i) for i in idx]))
 
     def global_model(self, algo) -> dict:
         g = algo.global_model()

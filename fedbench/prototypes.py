@@ -20,6 +20,7 @@ class _Outputs:
 
     def __init__(self, fm, fn: Callable):
         self.fm, self.fn = fm, fn
+        self.eval_uses_batch_stats = fm.eval_uses_batch_stats
 
     def __call__(self, params, buffers, x):
         return self.fn(params, buffers, x)

@@ -36,7 +36,7 @@ def test_multirun_through_the_cli_into_a_report_with_a_failed_run(tmp_path, cach
            "seed=0,1000000000", "optim.weight_decay=${seed}", "rounds=1", "clients=3", "hardware=cpu",
            "hardware.threads=1", f"cache_dir={cache_dir}", f"hydra.sweep.dir={sweep}"]
     p = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.returncode in (0, 1), p.stderr[-3000:]           # the sweep runs to its end (1 = some jobs failed)
     statuses = sorted(json.loads(f.read_text())["status"] for f in sweep.glob("*/status.json"))
     assert statuses == ["complete"] * 2 + ["failed"] * 2
 

@@ -83,14 +83,18 @@ class Executor:
     def train(self, job: LocalJob) -> LocalResult:
         raise NotImplementedError
 
+    def _fmt(self, t: torch.Tensor) -> torch.Tensor:
+        return t
+
     @torch.no_grad()
     def predict(self, fm: FModel, params: Stack, buffers: Stack, x: torch.Tensor, idx: list[torch.Tensor]) -> list[torch.Tensor]:
         """Eval-mode logits of client m's model on samples ``x[idx[m]]``, for every m."""
         fm.set_mode(False)
         out = []
         for m, ids in enumerate(idx):
-            p, b = row(params, m), row(buffers, m)
-            out.append(torch.cat([fm(p, b, x.index_select(0, ids[i:i + self.eval_batch]))
+            p = {k: self._fmt(v[m]) for k, v in params.items()}
+            b = row(buffers, m)
+            out.append(torch.cat([fm(p, b, self._fmt(x.index_select(0, ids[i:i + self.eval_batch])))
                                   for i in range(0, max(1, len(ids)), self.eval_batch)]))
         fm.set_mode(True)
         return out
