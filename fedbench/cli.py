@@ -39,7 +39,7 @@ def fail(msg: str, code: int = 2):
 def _values(o) -> list[str]:
     if o.is_sweep_override():
         return [str(v) for v in o.sweep_string_iterator()]
-    return [o.value() if isinstance(o.value(), str) else o.get_value_element_as_str()]
+    return [o.input_line.split("=", 1)[1]]   # as typed, so quoting survives being composed again
 
 
 def precheck(args: list[str]) -> None:

@@ -88,6 +88,7 @@ CHECKS: dict[str, tuple] = {
     "hardware.precision": one_of("fp32", "bf16", "fp64"),
     "hardware.threads": (lambda v: v is None or (_is_int(v) and v >= 1), "null or an integer >= 1"),
     "hardware.deterministic": boolean(),
+    "hardware.workers": (lambda v: v == "auto" or (_is_int(v) and v >= 1), "auto or an integer >= 1"),
     "hardware.channels_last": boolean(),
     "logger.wandb.mode": one_of("auto", "online", "offline", "disabled"),
     "logger.console": boolean(),

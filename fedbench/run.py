@@ -114,7 +114,8 @@ class Run:
         self.fm = FModel(net)
         self.initial_params, self.initial_buffers = self.fm.init_state(self.dtype, self.device)
         self.augment = build_augment(cfg.dataset)   # training-time augmentation (dataset.augment), or None
-        self.executor = make_executor(hw.executor, self.device, hw.precision, bool(hw.channels_last), int(hw.eval_batch))
+        self.executor = make_executor(hw.executor, self.device, hw.precision, bool(hw.channels_last), int(hw.eval_batch),
+                                      workers=hw.get("workers", 1))
         self.algorithm = ALGORITHMS[cfg.algorithm.name](self)
         self.algorithm.setup()
         self.evaluator = Evaluator(self)

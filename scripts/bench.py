@@ -12,6 +12,7 @@ measured in this process). Same script on a GPU: ``--device cuda``.
 
     python scripts/bench.py                 # both executors on the CPU
     python scripts/bench.py --device cuda   # on a GPU
+    python scripts/bench.py --executors sequential@1,sequential   # one client at a time vs parallel workers
 """
 from __future__ import annotations
 
@@ -64,7 +65,9 @@ def flops_per_sample(net, shape, device, train: bool) -> float:
 def bench(executor: str, args, data_root: Path | None) -> dict:
     from fedbench.run import Run
 
+    executor, _, workers = executor.partition("@")   # e.g. sequential@1: one client at a time
     overrides = ["logger=none", f"hardware.device={args.device}", f"hardware.executor={executor}",
+                 f"hardware.workers={workers or 'auto'}",
                  "partition=dominant_groups", "partition.samples_per_client=600", "clients=20", "model=cnn",
                  f"local_epochs={args.epochs}", "batch_size=100", "lr=0.01", f"hardware.channels_last={args.channels_last}"]
     if data_root:
@@ -149,12 +152,15 @@ def main():
     for ex in args.executors.split(","):
         r = bench(ex, args, data)
         res[ex] = r
-        print(f"{ex:>10}: {r['s_per_round']:.2f} s/round (median {r['median_s']:.2f}), "
+        print(f"{ex:>12}: {r['s_per_round']:.2f} s/round (median {r['median_s']:.2f}), "
               f"{r['samples_per_s']:.0f} sample-gradients/s, {r['flops_per_s'] / 1e9:.1f} GFLOP/s, "
               f"fraction of FLOP bound {r['flops_per_s'] / peak:.2f}")
         if r["clean_s"]:
-            print(f"{'':>10}  reference plain loop (training only): {r['clean_s']:.2f} s, "
+            print(f"{'':>12}  reference plain loop (training only): {r['clean_s']:.2f} s, "
                   f"fraction of FLOP bound {r['clean_flops_per_s'] / peak:.2f}")
+    if "sequential" in res and "sequential@1" in res:
+        print(f"sequential@1/sequential (parallel client workers) time ratio: "
+              f"{res['sequential@1']['s_per_round'] / res['sequential']['s_per_round']:.2f}")
     if "sequential" in res and "vectorized" in res:
         print(f"vectorized/sequential time ratio: {res['vectorized']['s_per_round'] / res['sequential']['s_per_round']:.2f}")
 

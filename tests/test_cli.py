@@ -100,6 +100,7 @@ BAD = [
     (["algorithm=fedcom"], "partition", "complementary_pairs"),
     (["partition=dominant_groups", "partition.s=1.5"], "partition.s=1.5", "s ≤ 1"),
     (["algorithm=ecl", "algorithm.num_experts=0"], "algorithm.num_experts=0", "an integer >= 1"),
+    (["hardware.workers=0"], "hardware.workers=0", "auto or an integer >= 1"),
 ]
 
 
@@ -112,6 +113,12 @@ def test_bad_config_one_line_before_training(tmp_path, args, key, allowed):
     assert len(lines) == 1, p.stderr
     assert lines[0].startswith("fedbench: ") and key in lines[0] and allowed in lines[0]
     assert not (run_dir / "metrics.jsonl").exists() and not (run_dir / "summary.json").exists()
+
+
+def test_quoted_values_pass_the_check_as_typed(tmp_path):
+    """The pre-check re-composes overrides exactly as typed: quoted strings with spaces or '=' survive."""
+    p = cli("data_root='/tmp/a b=c'", "logger.wandb.tags=[x,'y z']", "--cfg", "job", cwd=tmp_path)
+    assert "data_root: /tmp/a b=c" in p.stdout and "- y z" in p.stdout
 
 
 def test_unwritable_output_dir(tmp_path):

@@ -1,6 +1,10 @@
 """The model as a pure function of (params, buffers, inputs), via ``torch.func.functional_call``."""
 from __future__ import annotations
 
+import contextlib
+import copy
+import threading
+
 import torch
 from torch.func import functional_call
 
@@ -16,13 +20,31 @@ class FModel:
     """Stateless calls into a :class:`SplitNet`; ``params``/``buffers`` use the net's own names."""
 
     def __init__(self, net: SplitNet):
-        self.net = net
+        self._net = net
+        self._local = threading.local()   # a worker thread's own copy of the module (functional_call swaps
+        self._copies: list[SplitNet] = []  # parameters into the module it is given, so threads must not share one)
         self.param_names = [n for n, _ in net.named_parameters()]
         self.buffer_names = [n for n, _ in net.named_buffers()]
         # BatchNorm without running statistics normalises eval batches by their own statistics (CAFeMe's
         # networks): then the samples of one forward pass interact and evaluation must not pad batches
         self.eval_uses_batch_stats = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and not m.track_running_stats
                                          for m in net.modules())
+
+    @property
+    def net(self) -> SplitNet:
+        return getattr(self._local, "net", None) or self._net
+
+    @contextlib.contextmanager
+    def worker(self, i: int):
+        """In this thread, calls go to module copy ``i`` (for clients trained in parallel threads)."""
+        while len(self._copies) <= i:
+            self._copies.append(copy.deepcopy(self._net))
+        self._local.net = self._copies[i]
+        self._copies[i].train(self._net.training)
+        try:
+            yield self
+        finally:
+            self._local.net = None
 
     def __call__(self, params, buffers, x):
         """Logits."""

@@ -1,0 +1,325 @@
+"""Datasets as whole tensors: decoded once, cached on disk, normalised in one op.
+
+Every loader returns the pool ``official train split ++ official test split`` as
+one tensor (uint8 where the source is 8-bit), labels, and optional per-sample
+attributes. :func:`load_dataset` caches that raw result in ``cache_dir`` and
+then normalises the whole tensor with torchvision's functional transforms, so
+no per-sample Python runs after the one-time decode.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+import torchvision
+from omegaconf import OmegaConf
+from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_dataset
+from torchvision.io import ImageReadMode, decode_image, read_file
+from torchvision.transforms.v2 import functional as F
+
+from fedbench.errors import ConfigError
+from fedbench.seeding import rng, torch_generator
+
+CACHE_VERSION = 1  # bump when a loader's output changes, so old cache files are ignored
+
+
+@dataclass
+class Dataset:
+    name: str
+    x: torch.Tensor  # float32 [N, C, H, W], normalised; pool = official train then official test
+    y: torch.Tensor  # int64 [N]
+    n_train: int  # x[:n_train] = official train split, x[n_train:] = official test split
+    classes: list[str]
+    attrs: dict[str, torch.Tensor] = field(default_factory=dict)  # e.g. {"rotation": int64 [N]}
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+    @property
+    def input_shape(self) -> tuple[int, int, int]:
+        return tuple(self.x.shape[1:])
+
+
+# ---------------------------------------------------------------- shared helpers
+
+
+def _raw(name, train_x, train_y, test_x, test_y, classes, attrs=None) -> Dataset:
+    """Concatenate the official splits into one pool (x may still be uint8)."""
+    x = torch.cat([torch.as_tensor(train_x), torch.as_tensor(test_x)])
+    y = torch.cat([torch.as_tensor(train_y), torch.as_tensor(test_y)]).long()
+    return Dataset(name, x, y, len(train_y), [str(c) for c in classes], attrs or {})
+
+
+def _missing(cfg, looked: list[Path], what: str, no_download: str | None = None) -> ConfigError:
+    """The error for absent data: every path looked in, and how to fix it."""
+    if no_download:
+        fix = f"({no_download})"
+    elif cfg.download:
+        fix = "(download=true was tried and failed: no internet? place the files there by hand)"
+    else:
+        fix = "or set dataset.download=true (needs internet)"
+    paths = ", ".join(str(p) for p in looked)
+    return ConfigError("dataset.root", cfg.root,
+                       f"{cfg.name} not found; looked in: {paths}. Point dataset.root at a "
+                       f"folder containing {what} {fix}")
+
+
+def _decode_files(paths: list[str], channels: int, image_size: int | None) -> torch.Tensor:
+    """Decode image files into one uint8 [N, C, H, W] tensor (one-time, per file)."""
+    if channels not in (1, 3):
+        raise ConfigError("dataset.channels", channels, "1 (grayscale) or 3 (RGB)")
+    mode = ImageReadMode.RGB if channels == 3 else ImageReadMode.GRAY
+    with warnings.catch_warnings():  # torchvision 0.29 warns on every call (codecs → torchcodec)
+        warnings.filterwarnings("ignore", "The image decoding", DeprecationWarning)
+        imgs = [decode_image(read_file(p), mode=mode) for p in paths]
+    if image_size is not None:
+        size = [int(image_size)] * 2
+        imgs = [im if list(im.shape[1:]) == size else F.resize(im, size, antialias=True)
+                for im in imgs]
+    shapes = {tuple(im.shape) for im in imgs}
+    if len(shapes) > 1:
+        raise ConfigError("dataset.image_size", image_size,
+                          f"images have different sizes {sorted(shapes)[:3]}…; set an integer size")
+    return torch.stack(imgs) if imgs else torch.zeros(0, channels, 1, 1, dtype=torch.uint8)
+
+
+def _is_image_tree(path: Path) -> bool:
+    return path.is_dir() and any(p.is_dir() for p in path.iterdir())
+
+
+def _image_folder_split(split_dir: Path, class_to_idx, channels, image_size):
+    """One ImageFolder split, in torchvision's order (class folders sorted, files sorted)."""
+    samples = make_dataset(str(split_dir), class_to_idx, extensions=IMG_EXTENSIONS,
+                           allow_empty=True)
+    x = _decode_files([p for p, _ in samples], channels, image_size)
+    return x, torch.tensor([c for _, c in samples], dtype=torch.int64)
+
+
+def _load_image_folder(name, train_dir: Path, test_dir: Path, channels, image_size) -> Dataset:
+    classes, class_to_idx = find_classes(str(train_dir))  # labels come from the train split
+    tr_x, tr_y = _image_folder_split(train_dir, class_to_idx, channels, image_size)
+    te_x, te_y = _image_folder_split(test_dir, class_to_idx, channels, image_size)
+    return _raw(name, tr_x, tr_y, te_x, te_y, classes)
+
+
+def _torchvision_split(cls, cfg, train: bool):
+    """``.data`` / ``.targets`` of a torchvision dataset class (no per-sample transform)."""
+    try:
+        return cls(str(cfg.root), train=train, download=bool(cfg.download))
+    except (RuntimeError, OSError) as e:  # torchvision: "Dataset not found" / download failed
+        folder = Path(cfg.root) / getattr(cls, "base_folder", cls.__name__ + "/raw")
+        raise _missing(cfg, [folder], f"{folder.relative_to(cfg.root)}/ (torchvision layout)") from e
+
+
+def _normalise(x: torch.Tensor, norm) -> torch.Tensor:
+    """uint8 → [0,1] float32, then (x - mean) / std per channel (null = keep [0,1])."""
+    x = F.to_dtype(x, torch.float32, scale=True)  # floats are already in [0,1]
+    if norm is None:
+        return x
+    mean, std = list(norm.mean), list(norm.std)
+    if not len(mean) == len(std) == x.shape[1]:
+        raise ConfigError("dataset.normalize", OmegaConf.to_container(norm),
+                          f"mean and std need one value per channel ({x.shape[1]})")
+    return F.normalize(x, mean, std, inplace=True)
+
+
+def _cache_file(cfg, cache_dir) -> Path:
+    """``<name>-<hash of source path and decoding options>.pt``."""
+    opts = OmegaConf.to_container(cfg, resolve=True)
+    for k in ("normalize", "cache", "download"):  # do not change the decoded data
+        opts.pop(k, None)
+    if "root" in opts:
+        opts["root"] = os.path.abspath(os.path.expanduser(str(opts["root"])))
+    opts["_version"] = CACHE_VERSION
+    digest = hashlib.sha1(json.dumps(opts, sort_keys=True).encode()).hexdigest()[:10]
+    return Path(cache_dir) / f"{cfg.name}-{digest}.pt"
+
+
+def _save_atomic(obj, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    os.close(fd)
+    try:
+        torch.save(obj, tmp)
+        os.replace(tmp, path)  # readers never see a half-written file
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+# ---------------------------------------------------------------- loaders (one per source)
+
+
+def load_digits(cfg) -> Dataset:
+    """scikit-learn's bundled 8×8 digits (no download); fixed stratified split."""
+    from sklearn.datasets import load_digits as sk_digits
+    from sklearn.model_selection import train_test_split
+
+    d = sk_digits()
+    x = torch.from_numpy(d.images / 16.0).float().unsqueeze(1)  # pixel values 0..16
+    idx_tr, idx_te = train_test_split(np.arange(len(d.target)), test_size=cfg.test_fraction,
+                                      stratify=d.target, random_state=cfg.split_seed)
+    y = torch.from_numpy(d.target)
+    return _raw("digits", x[idx_tr], y[idx_tr], x[idx_te], y[idx_te], d.target_names)
+
+
+def load_synthetic(cfg) -> Dataset:
+    """Class prototypes (uniform [0,1] pixels) plus Gaussian noise; deterministic by cfg.seed."""
+    g = torch_generator(cfg.seed, "synthetic")
+    shape, k = list(cfg.shape), int(cfg.num_classes)
+    prototypes = torch.rand([k, *shape], generator=g)
+
+    def draw(per_class: int):
+        y = torch.arange(k).repeat(per_class)  # 0,1,…,k-1,0,1,…
+        return prototypes[y] + cfg.noise * torch.randn([len(y), *shape], generator=g), y
+
+    (tr_x, tr_y), (te_x, te_y) = draw(cfg.train_per_class), draw(cfg.test_per_class)
+    return _raw("synthetic", tr_x, tr_y, te_x, te_y, [f"class_{i}" for i in range(k)])
+
+
+def _load_mnist_like(cls, cfg) -> Dataset:
+    tr, te = _torchvision_split(cls, cfg, True), _torchvision_split(cls, cfg, False)
+    return _raw(cfg.name, tr.data.unsqueeze(1), tr.targets, te.data.unsqueeze(1), te.targets,
+                tr.classes)
+
+
+def load_mnist(cfg) -> Dataset:
+    return _load_mnist_like(torchvision.datasets.MNIST, cfg)
+
+
+def load_fashionmnist(cfg) -> Dataset:
+    return _load_mnist_like(torchvision.datasets.FashionMNIST, cfg)
+
+
+def _load_cifar(cls, folder: str, num_classes: int, cfg) -> Dataset:
+    """CIFAR from an ImageFolder tree or torchvision's python batches (cfg.format)."""
+    root, fmt = Path(cfg.root), cfg.format
+    if fmt not in ("auto", "imagefolder", "torchvision"):
+        raise ConfigError("dataset.format", fmt, "auto, imagefolder or torchvision")
+    trees = [root / folder, root]
+    batches = root / cls.base_folder
+    if fmt in ("auto", "imagefolder"):
+        for tree in trees:
+            if _is_image_tree(tree / "train") and _is_image_tree(tree / "test"):
+                ds = _load_image_folder(cfg.name, tree / "train", tree / "test", 3, None)
+                if ds.num_classes != num_classes or ds.input_shape != (3, 32, 32):
+                    raise ConfigError("dataset.root", cfg.root,
+                                      f"{tree} has {ds.num_classes} classes of shape "
+                                      f"{ds.input_shape}, expected {num_classes} of (3, 32, 32)")
+                return ds
+        if fmt == "imagefolder":
+            raise _missing(cfg, [t / s for t in trees for s in ("train", "test")],
+                           f"{folder}/{{train,test}}/<class>/ images",
+                           no_download="format=imagefolder never downloads; use format=auto")
+    if fmt == "torchvision" or batches.is_dir() or cfg.download:
+        tr, te = _torchvision_split(cls, cfg, True), _torchvision_split(cls, cfg, False)
+        hwc = lambda d: torch.from_numpy(d.data).permute(0, 3, 1, 2).contiguous()  # noqa: E731
+        return _raw(cfg.name, hwc(tr), tr.targets, hwc(te), te.targets, tr.classes)
+    raise _missing(cfg, [t / s for t in trees for s in ("train", "test")] + [batches],
+                   f"{folder}/{{train,test}}/<class>/ images or {cls.base_folder}/")
+
+
+def load_cifar10(cfg) -> Dataset:
+    return _load_cifar(torchvision.datasets.CIFAR10, "cifar10", 10, cfg)
+
+
+def load_cifar100(cfg) -> Dataset:
+    return _load_cifar(torchvision.datasets.CIFAR100, "cifar100", 100, cfg)
+
+
+def load_imagefolder(cfg) -> Dataset:
+    """Any ImageFolder tree ``root/{train_dir,test_dir}/<class>/<image>``."""
+    root = Path(cfg.root)
+    train_dir, test_dir = root / cfg.train_dir, root / cfg.test_dir
+    if not (_is_image_tree(train_dir) and _is_image_tree(test_dir)):
+        if cfg.download:
+            raise ConfigError("dataset.download", True, "imagefolder has no downloader; use false")
+        raise _missing(cfg, [train_dir, test_dir],
+                       f"{cfg.train_dir}/<class>/ and {cfg.test_dir}/<class>/ image folders",
+                       no_download="a local tree has no downloader")
+    return _load_image_folder(cfg.name, train_dir, test_dir, cfg.channels, cfg.image_size)
+
+
+def load_rmnist(cfg) -> Dataset:
+    """Rotated MNIST (CAFeMe §5): each split shuffled by split_seed, cut into
+    num_rotations equal chunks, chunk g rotated by angles[g]; attrs["rotation"] = g.
+    The pool keeps MNIST's order (train[0] is still MNIST train[0])."""
+    k = int(cfg.num_rotations)
+    angles = list(cfg.angles) if cfg.angles is not None else [20 * g for g in range(k)]
+    if len(angles) != k:
+        raise ConfigError("dataset.angles", angles, f"a list of num_rotations={k} angles or null")
+    ds = load_mnist(cfg)
+    rotation = torch.empty(len(ds.y), dtype=torch.int64)
+    for split, (lo, hi) in {"train": (0, ds.n_train), "test": (ds.n_train, len(ds.y))}.items():
+        perm = lo + rng(cfg.split_seed, "rmnist", split).permutation(hi - lo)
+        for g, chunk in enumerate(np.array_split(perm, k)):
+            chunk = torch.from_numpy(chunk)
+            rotation[chunk] = g
+            ds.x[chunk] = F.rotate(ds.x[chunk], float(angles[g]), interpolation=cfg.interpolation)
+    ds.name, ds.attrs = "rmnist", {"rotation": rotation}
+    return ds
+
+
+TINY_URL = "http://cs231n.stanford.edu/tiny-imagenet-200.zip"
+
+
+def load_tinyimagenet(cfg) -> Dataset:
+    """Tiny-ImageNet-200: train/<wnid>/images/*.JPEG; the labelled val split is the test split."""
+    if cfg.download:
+        raise ConfigError("dataset.download", True,
+                          f"Tiny-ImageNet has no torchvision downloader: fetch {TINY_URL}, "
+                          f"unzip it under dataset.root (giving <root>/tiny-imagenet-200/) "
+                          f"and set dataset.download=false")
+    base = Path(cfg.root) / "tiny-imagenet-200"
+    val_ann = base / "val" / "val_annotations.txt"
+    if not (_is_image_tree(base / "train") and val_ann.is_file()):
+        raise _missing(cfg, [base / "train", val_ann],
+                       f"tiny-imagenet-200/ (unzip {TINY_URL} there)",
+                       no_download="this dataset has no downloader")
+    classes, class_to_idx = find_classes(str(base / "train"))
+    tr_x, tr_y = _image_folder_split(base / "train", class_to_idx, 3, cfg.image_size)
+    rows = [line.split("\t")[:2] for line in val_ann.read_text().splitlines() if line.strip()]
+    te_x = _decode_files([str(base / "val" / "images" / f) for f, _ in rows], 3, cfg.image_size)
+    te_y = torch.tensor([class_to_idx[w] for _, w in rows], dtype=torch.int64)
+    return _raw("tinyimagenet", tr_x, tr_y, te_x, te_y, classes)
+
+
+DATASETS: dict[str, Callable[..., Dataset]] = {
+    "digits": load_digits,
+    "synthetic": load_synthetic,
+    "mnist": load_mnist,
+    "fashionmnist": load_fashionmnist,
+    "cifar10": load_cifar10,
+    "cifar100": load_cifar100,
+    "imagefolder": load_imagefolder,
+    "rmnist": load_rmnist,
+    "tinyimagenet": load_tinyimagenet,
+}
+_GENERATED = {"digits", "synthetic"}  # built in milliseconds; caching them only adds files
+
+
+def load_dataset(cfg, cache_dir: str | Path) -> Dataset:
+    """Build ``cfg.name`` (the omegaconf ``dataset`` node), decoding at most once per cache_dir."""
+    if cfg.name not in DATASETS:
+        raise ConfigError("dataset.name", cfg.name, f"one of {', '.join(DATASETS)}")
+    use_cache = bool(cfg.cache) and cfg.name not in _GENERATED
+    path = _cache_file(cfg, cache_dir) if use_cache else None
+    if path is not None and path.is_file():
+        d = torch.load(path, weights_only=True)
+        raw = Dataset(cfg.name, d["x"], d["y"], d["n_train"], d["classes"], d["attrs"])
+    else:
+        raw = DATASETS[cfg.name](cfg)
+        if path is not None:
+            _save_atomic({"x": raw.x, "y": raw.y, "n_train": raw.n_train,
+                          "classes": raw.classes, "attrs": raw.attrs}, path)
+    raw.x = _normalise(raw.x, cfg.normalize)
+    return raw
