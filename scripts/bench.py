@@ -17,6 +17,7 @@ measured in this process). Same script on a GPU: ``--device cuda``.
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import sys
 import tempfile
@@ -67,7 +68,7 @@ def bench(executor: str, args, data_root: Path | None) -> dict:
 
     executor, _, workers = executor.partition("@")   # e.g. sequential@1: one client at a time
     overrides = ["logger=none", f"hardware.device={args.device}", f"hardware.executor={executor}",
-                 f"hardware.workers={workers or 'auto'}",
+                 f"hardware.workers={workers or 'auto'}", f"hardware.precision={args.precision}",
                  "partition=dominant_groups", "partition.samples_per_client=600", "clients=20", "model=cnn",
                  f"local_epochs={args.epochs}", "batch_size=100", "lr=0.01", f"hardware.channels_last={args.channels_last}"]
     if data_root:
@@ -105,14 +106,17 @@ def bench(executor: str, args, data_root: Path | None) -> dict:
 
 
 def clean_loop_seconds(run, args) -> float:
-    """Reference: the same clients' local training as a plain loop (nn.Module + torch.optim.SGD, channels_last,
-    the same batches), training only — what a hand-written sequential loop reaches on this machine."""
+    """Reference: the same clients' local training as a plain loop (nn.Module + torch.optim.SGD, model and inputs
+    in channels_last unless --channels-last false, the same batches), training only — what a hand-written
+    sequential loop reaches on this machine."""
     from fedbench.engine.schedule import make_schedule
 
     data = run.data
     ids = list(range(data.num_clients))
     sched = make_schedule([data.train_idx[k] for k in ids], ids, 100, 0, "train", 1, epochs=args.epochs)
-    net = run.fm.net
+    net = copy.deepcopy(run.fm.net)
+    fmt = torch.channels_last if args.channels_last == "true" else torch.contiguous_format
+    net = net.to(memory_format=fmt)
     best = float("inf")
     for _ in range(2):
         tic = time.perf_counter()
@@ -120,7 +124,7 @@ def clean_loop_seconds(run, args) -> float:
             net.load_state_dict({**run.initial_params, **run.initial_buffers})
             opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
             for idx in sched[m]:
-                x = data.x.index_select(0, idx).contiguous(memory_format=torch.channels_last)
+                x = data.x.index_select(0, idx).contiguous(memory_format=fmt)
                 opt.zero_grad(set_to_none=True)
                 torch.nn.functional.cross_entropy(net(x), data.y.index_select(0, idx)).backward()
                 opt.step()
@@ -135,6 +139,8 @@ def main():
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--executors", default="sequential,vectorized")
     ap.add_argument("--channels-last", dest="channels_last", default="true", choices=["true", "false"])
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                    help="bf16: autocast (the fraction is still of the fp32 matmul bound)")
     ap.add_argument("--synthetic", action="store_true", help="ignore the shared data folder")
     ap.add_argument("--no-clean", dest="clean", action="store_false", help="skip the plain-loop reference")
     args = ap.parse_args()
@@ -146,7 +152,8 @@ def main():
                 break
     device = torch.device(args.device)
     peak = matmul_peak(device)
-    print(f"device={device} threads={torch.get_num_threads()} data={'CIFAR-10 ' + str(data) if data else 'synthetic'}")
+    print(f"device={device} threads={torch.get_num_threads()} precision={args.precision} "
+          f"data={'CIFAR-10 ' + str(data) if data else 'synthetic'}")
     print(f"fp32 matmul peak: {peak / 1e9:.1f} GFLOP/s")
     res = {}
     for ex in args.executors.split(","):

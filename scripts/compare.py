@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Methods side by side from a multirun — now an alias of `fedbench-report` (fedbench/report.py, docs/report.md),
+"""Methods side by side from a multirun — now an alias of `fedbench-report` (fedbench/report/, docs/report.md),
 kept because docs/baselines.md and conf/experiment/fedka/baselines_reduced.yaml cite it.
 
     python scripts/compare.py outputs/multirun/<date>/<time> [--metric global/acc]

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Paper tables from multirun directories, printed and plotted next to the papers' numbers.
 
-Same as the `fedbench-report` command (fedbench/report.py; docs/report.md):
+Same as the `fedbench-report` command (fedbench/report/; docs/report.md):
 
     python scripts/report.py outputs/multirun/<sweep> [<more sweeps>] [--out DIR] [--wandb [MODE]] [--no-plots]
 """

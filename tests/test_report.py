@@ -1,4 +1,4 @@
-"""The report tool (fedbench/report.py): a real multirun through the CLI into a table, incomplete sweeps marked cell
+"""The report tool (fedbench/report/): a real multirun through the CLI into a table, incomplete sweeps marked cell
 by cell, rounds-to-target / speedup / runtime arithmetic on run dirs with known records, plots, W&B offline, and
 the table -> command listing."""
 from __future__ import annotations

@@ -1,0 +1,77 @@
+"""Paper tables from multirun directories: collect the runs, build the table in the paper's layout next to the
+paper's numbers, write Markdown/CSV, draw PNGs, log to W&B (docs/report.md).
+
+    fedbench-report outputs/multirun/<sweep> [<more sweeps>] [--out DIR] [--wandb [MODE] | --no-wandb] [--no-plots]
+    fedbench-tables [--markdown [PATH]]          # every paper table with its command (docs/tables.md)
+
+Only the run dirs' own files are read (never W&B's servers): ``config.yaml`` (resolved; ``.hydra/config.yaml`` before
+a run started), ``.hydra/hydra.yaml`` (chosen group options, job number, overrides), ``status.json``,
+``summary.json``, ``metrics.jsonl``, and each sweep's ``multirun.yaml`` (which jobs the sweep should have, so that
+never-started jobs are reported as missing). The table comes from the runs' ``table:`` node (docs/experiments.md).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .catalog import PAPERS, experiment_tables, list_tables, tables_markdown
+from .figures import curve_metrics, plot_curves, plot_vs_keys
+from .render import CSV_FIELDS, log_wandb, print_rich, to_csv, to_markdown, wandb_mode
+from .runs import NOT_RUN_DIRS, RunRecord, canon, collect, expected_jobs, load_run, neutral_keys
+from .tables import DERIVED, Cell, Column, Report, Table, decimals, default_table, fmt, group_tables
+
+__all__ = ["CSV_FIELDS", "DERIVED", "NOT_RUN_DIRS", "PAPERS", "Cell", "Column", "Report", "RunRecord", "Table", "canon",
+           "collect", "curve_metrics", "decimals", "default_table", "expected_jobs", "experiment_tables", "fmt",
+           "group_tables", "list_tables", "load_run", "log_wandb", "main", "neutral_keys", "plot_curves",
+           "plot_vs_keys", "print_rich", "report", "tables_markdown", "to_csv", "to_markdown", "wandb_mode"]
+
+
+# ---- entry points --------------------------------------------------------------------------------------------------
+
+def report(dirs, out: Path | None = None, plots: bool = True, wandb: str | None = None, metric: str | None = None,
+           band: str = "minmax", console=None) -> list[tuple[Report, list[Path]]]:
+    """Every table found in ``dirs``: printed, written to ``out`` (default ``<first dir>/report``), plotted, logged."""
+    runs = collect(dirs)
+    if not runs:
+        raise FileNotFoundError(f"no runs under {', '.join(map(str, dirs))}")
+    out = Path(out) if out else Path(dirs[0]) / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    done = []
+    for table in group_tables(runs, metric):
+        rep = Report(table)
+        print_rich(rep, console)
+        pictures = (plot_curves(rep, out, band) + plot_vs_keys(rep, out)) if plots else []
+        (out / f"{table.stem}.md").write_text(to_markdown(rep, pictures, [str(d) for d in dirs]))
+        (out / f"{table.stem}.csv").write_text(to_csv(rep))
+        mode = wandb_mode(wandb, rep)
+        if mode != "disabled":
+            try:
+                log_wandb(rep, pictures, out, mode, group=Path(dirs[0]).resolve().name)
+            except Exception as e:  # noqa: BLE001  (the files above are the report; W&B is a copy)
+                print(f"fedbench-report: W&B logging ({mode}) failed: {type(e).__name__}: {e}", file=sys.stderr)
+        done.append((rep, pictures))
+    return done
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="fedbench-report", description="Paper tables from multirun directories: "
+                                 "mean ± std over seeds next to the paper's numbers, Markdown/CSV and PNGs (docs/report.md).")
+    ap.add_argument("dirs", nargs="+", type=Path, help="multirun dirs (or run dirs, or folders holding them)")
+    ap.add_argument("--out", type=Path, help="where report files go (default: <first dir>/report)")
+    ap.add_argument("--no-plots", action="store_true", help="tables only")
+    ap.add_argument("--wandb", nargs="?", const="auto", choices=["auto", "online", "offline", "disabled"],
+                    help="log the table to W&B in this mode (default: as the runs' logger.wandb.mode)")
+    ap.add_argument("--no-wandb", action="store_const", const="disabled", dest="wandb", help="never log to W&B")
+    ap.add_argument("--metric", help="for runs without a table: node, the accuracy metric to show (default pers/acc)")
+    ap.add_argument("--band", choices=["minmax", "std"], default="minmax", help="band of the accuracy curves over seeds")
+    args = ap.parse_args(argv)
+    try:
+        done = report(args.dirs, args.out, not args.no_plots, args.wandb, args.metric, args.band)
+    except FileNotFoundError as e:
+        print(f"fedbench-report: {e}", file=sys.stderr)
+        return 1
+    out = args.out or args.dirs[0] / "report"
+    print(f"fedbench-report: wrote {', '.join(r.table.stem for r, _ in done)} (.md, .csv"
+          + (", .png" if any(p for _, p in done) else "") + f") to {out}", file=sys.stderr)
+    return 0

@@ -1,0 +1,352 @@
+"""Tables in the paper's layout: runs grouped into tables, cells over seeds, rows and columns in the paper's order,
+the paper's numbers, and number formatting."""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .runs import RunRecord, _number, canon
+
+DERIVED = ("rounds_to_target", "speedup")   # metrics computed from metrics.jsonl (FedKA Table 2)
+
+
+# ---- tables -----------------------------------------------------------------------------------------------------
+
+def default_table(runs: list[RunRecord], metric: str | None) -> dict:
+    """For runs without a ``table:`` node: methods x best/final of one accuracy metric."""
+    if metric is None:
+        present = {m for r in runs for m in r.summary.get("metrics", {})}
+        metric = next((m for m in ("pers/acc", "global/acc") if m in present), "pers/acc")
+    return {"paper": "runs", "id": metric.replace("/", "_"), "title": f"{metric}: best and final (no table: node)",
+            "rows": "choice:algorithm", "cols": None, "metrics": {"Best": f"{metric}.best", "Final": f"{metric}.final"},
+            "percent": True}
+
+
+@dataclass
+class Table:
+    spec: dict                        # the table node (merged when several configs make one paper table)
+    members: list                     # [(run, its own table node)]
+    stem: str = ""
+    merged: bool = False              # several configs, one metric column each (FedKA Table 1's datasets)
+
+    def __post_init__(self):
+        s = self.spec
+        self.paper, self.id, self.title = str(s.get("paper", "runs")), str(s.get("id", "table")), str(s.get("title", ""))
+        self.rows, self.cols = s.get("rows") or "choice:algorithm", s.get("cols")
+        self.metrics = {str(k): str(v) for k, v in (s.get("metrics") or {}).items()}
+        self.target = s.get("target") or {}
+        if "rounds_to_target" in self.metrics.values() and "speedup" not in self.metrics.values() and not self.cols:
+            items = list(self.metrics.items())
+            at = next(i for i, (_, p) in enumerate(items) if p == "rounds_to_target") + 1
+            self.metrics = dict(items[:at] + [("Speedup", "speedup")] + items[at:])   # the paper's Table 2 column
+        self.labels = {canon(k): str(v) for k, v in (s.get("labels") or {}).items()}
+        self.reference = {canon(r): {canon(c): v for c, v in (cells or {}).items()}
+                          for r, cells in (s.get("reference") or {}).items()}
+        self._derive_reference_speedup()
+        self.stem = self.stem or f"{self.paper}_{self.id}"
+
+    def _derive_reference_speedup(self):
+        """Paper speedup = paper rounds of the target row / paper rounds of the row (FedKA Table 2)."""
+        name = next((n for n, p in self.metrics.items() if p == "rounds_to_target"), None)
+        if name is None or "Speedup" not in self.metrics:
+            return
+        base = _number(self.reference.get(canon(self.target.get("row")), {}).get(canon(name)))
+        for cells in self.reference.values():
+            if canon(name) in cells and "Speedup" not in cells:
+                r = _number(cells[canon(name)])
+                cells["Speedup"] = base / r if base and r else None
+
+    def percent(self, name: str) -> bool:
+        """``percent: true`` shows accuracies x100 (metrics whose name contains ``acc``); a list names the columns."""
+        p = self.spec.get("percent", False)
+        if isinstance(p, (list, tuple)):
+            return name in map(str, p)
+        path = self.metrics.get(name, "")
+        return bool(p) and "acc" in path.split("@")[0].lower() and path not in DERIVED
+
+
+def group_tables(runs: list[RunRecord], metric: str | None = None) -> list[Table]:
+    """Runs -> tables, one per (paper, id, title); configs that split one paper table into one metric column each
+    (same paper and id, no ``cols``, disjoint metric names, e.g. FedKA Table 1's datasets) are merged."""
+    plain = [r for r in runs if not isinstance(r.config.get("table"), dict)]
+    fallback = default_table(plain, metric) if plain else None
+    groups: dict = {}
+    for r in runs:
+        spec = r.config.get("table") if isinstance(r.config.get("table"), dict) else fallback
+        groups.setdefault((str(spec.get("paper")), str(spec.get("id")), str(spec.get("title"))), []).append((r, spec))
+    by_id: dict = {}
+    for (paper, tid, _), members in groups.items():
+        by_id.setdefault((paper, tid), []).append(members)
+    tables = []
+    for (paper, tid), parts in by_id.items():
+        specs = [m[0][1] for m in parts]
+        names = [set(map(str, s.get("metrics") or {})) for s in specs]
+        if len(parts) > 1 and not any(s.get("cols") for s in specs) and sum(map(len, names)) == len(set().union(*names)):
+            tables.append(Table(_merge(specs), [m for members in parts for m in members], merged=True))
+        elif len(parts) > 1:   # same id, different tables: name the files after the experiment config
+            for members in parts:
+                exp = members[0][0].choices.get("experiment") or members[0][1].get("title")
+                tables.append(Table(members[0][1], members, stem=f"{paper}_{_slug(str(exp).split('/')[-1])}"))
+        else:
+            tables.append(Table(specs[0], parts[0]))
+    return tables
+
+
+def _merge(specs: list[dict]) -> dict:
+    out = dict(specs[0], metrics={}, labels={}, reference={})
+    for s in specs:
+        out["metrics"].update(s.get("metrics") or {})
+        out["labels"].update(s.get("labels") or {})
+        for row, cells in (s.get("reference") or {}).items():
+            out["reference"].setdefault(row, {}).update(cells or {})
+    titles = [str(s.get("title", "")) for s in specs]
+    prefix = titles[0][:next((i for i, cs in enumerate(zip(*titles)) if len(set(cs)) > 1), min(map(len, titles)))]
+    cut = max(prefix.rfind(" ("), prefix.rfind(" — "))
+    out["title"] = (prefix[:cut] if cut > 0 else prefix).rstrip(" :—-(,") if len(set(titles)) > 1 else titles[0]
+    return out
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", text).strip("_") or "x"
+
+
+# ---- cells -----------------------------------------------------------------------------------------------------
+
+@dataclass
+class Cell:
+    values: list = field(default_factory=list)     # one per run with a value (displayed units)
+    seeds: list = field(default_factory=list)
+    other: Counter = field(default_factory=Counter)  # runs without a value, by reason: failed, running, missing, never, ...
+
+    @property
+    def n_runs(self) -> int:
+        return len(self.values) + sum(self.other.values())
+
+    @property
+    def mean(self):
+        return float(np.mean(self.values)) if self.values else None
+
+    @property
+    def std(self):
+        return float(np.std(self.values)) if self.values else None   # population std over seeds (ddof=0)
+
+    def text(self, decimals: int = 2) -> str:
+        """``61.20 ± 0.40``, ``61.20 ± 0.40 (2/3, 1 failed)``, ``failed``, ``\\`` (never reached), ``not run``."""
+        if not self.n_runs:
+            return "not run"
+        if not self.values:
+            if set(self.other) == {"never"}:
+                return "\\"
+            if set(self.other) == {"no value"}:
+                return "—"
+            return ", ".join(k if n == self.n_runs else f"{n} {k}" for k, n in self.other.items())
+        s = fmt(self.mean, decimals) + (f" ± {fmt(self.std, decimals)}" if len(self.values) > 1 else "")
+        if self.other:
+            s += f" ({len(self.values)}/{self.n_runs}, " + ", ".join(f"{n} {k}" for k, n in self.other.items()) + ")"
+        return s
+
+
+def fmt(x, decimals: int = 2, sign: bool = False) -> str:
+    if x is None:
+        return ""
+    s = f"{float(x):.{decimals}f}"
+    return "+" + s if sign and float(x) > 0 else s
+
+
+def decimals(numbers: list, percent: bool) -> int:
+    """Digits of a column: 2 for percentages; 0 when every number is whole (rounds, CCP lengths); 4 for fractions."""
+    if percent or not numbers:
+        return 2
+    if all(float(x).is_integer() for x in numbers):
+        return 0
+    return 4 if max(abs(x) for x in numbers) < 1 else 2
+
+
+@dataclass
+class Column:
+    key: str          # canon of the column value (cols set) or the metric name (cols null)
+    header: str
+    metric: str       # metric name in the table's ``metrics``
+
+
+class Report:
+    """A table's cells (row x column over seeds), its rows and columns in the paper's order, and the paper's numbers."""
+
+    def __init__(self, table: Table):
+        self.table = t = table
+        self.members = list(t.members)
+        self.row_keys, self.row_names = self._order(t.rows, [r.key(t.rows) for r, _ in self.members],
+                                                    list(t.reference), t.labels)
+        if t.cols:
+            metric = next(iter(t.metrics))
+            ref_cols = [c for cells in t.reference.values() for c in cells]
+            keys, names = self._order(t.cols, [r.key(t.cols) for r, _ in self.members], ref_cols, t.labels)
+            short = t.cols.split(":")[-1].split(".")[-1]
+            numeric = all(_is_num(k) for k in keys)
+            self.columns = [Column(k, f"{short}={names[k]}" if numeric else names[k], metric) for k in keys]
+        else:
+            self.columns = [Column(canon(n), n, n) for n in t.metrics]
+        self.cells = {(row, c.key): self._cell(row, c) for row in self.row_keys for c in self.columns}
+        self.digits = {c.key: decimals([x for r in self.row_keys for x in self._numbers(r, c)], t.percent(c.metric))
+                       for c in self.columns}
+
+    def _numbers(self, row: str, col: Column) -> list:
+        cell, paper = self.cells[(row, col.key)], _number(self.paper(row, col))
+        return cell.values + ([cell.mean, cell.std] if cell.values else []) + ([paper] if paper is not None else [])
+
+    def _order(self, key: str, values: list, ref: list, labels: dict) -> tuple[list, dict]:
+        """Keys in the paper's order: numbers sorted; otherwise labels, then reference, then sweep order."""
+        names: dict = {}
+        for v in values:
+            if v is not None:
+                names.setdefault(canon(v), str(v))
+        for r in ref:
+            names.setdefault(r, r)
+        keys = list(names)
+        if keys and all(_is_num(k) for k in keys):
+            keys.sort(key=float)
+        else:
+            rank = {k: i for i, k in enumerate(list(labels) + [r for r in ref if r not in labels])}
+            first = {k: i for i, k in enumerate(keys)}
+            keys.sort(key=lambda k: (rank.get(k, len(rank)), first[k]))
+        return keys, {k: labels.get(k, names[k]) for k in keys}
+
+    def _runs(self, row: str, col: Column) -> list:
+        t = self.table
+        return [(r, s) for r, s in self.members if canon(r.key(t.rows)) == row
+                and (canon(r.key(t.cols)) == col.key if t.cols else col.metric in _metric_names(s))]
+
+    def _cell(self, row: str, col: Column) -> Cell:
+        t, cell = self.table, Cell()
+        path = t.metrics[col.metric]
+        scale = 100.0 if t.percent(col.metric) else 1.0
+        for run, _ in self._runs(row, col):
+            if run.status != "complete":
+                cell.other[run.status] += 1
+                continue
+            v = self.value(run, path, col)
+            if isinstance(v, float):
+                cell.values.append(scale * v)
+                cell.seeds.append(run.seed)
+            else:
+                cell.other[v] += 1
+        return cell
+
+    def value(self, run: RunRecord, path: str, col: Column):
+        """A run's number for a metric path, or why there is none (``no value``, ``never``, ``no target``)."""
+        if path in DERIVED:
+            return self._to_target(run, path, col)
+        if "@" in path:                                     # <metric>@<round>: the value logged at that round
+            name, at = path.rsplit("@", 1)
+            v = _number(run.rounds().get(int(at), {}).get(name))
+        else:
+            s = run.summary
+            v = s.get(path)
+            if v is None and "." in path:                   # <metric>.<stat> in metrics, or <key>.<field>
+                name, stat = path.rsplit(".", 1)
+                node = s.get("metrics", {}).get(name, s.get(name))
+                v = node.get(stat) if isinstance(node, dict) else None
+            v = _number(v)
+        return "no value" if v is None else v
+
+    def _to_target(self, run: RunRecord, path: str, col: Column):
+        """FedKA Table 2: the first round whose ``target.metric`` ≥ the target row's value at round ``target.at``
+        (``last`` = its last logged round) — same seed, same column; speedup = that target round / rounds."""
+        t = self.table
+        metric, row, at = t.target.get("metric", "global/acc"), canon(t.target.get("row")), t.target.get("at", "last")
+        ref = next((r for r, _ in self.members if r.status == "complete" and canon(r.key(t.rows)) == row
+                    and r.seed == run.seed and (not t.cols or canon(r.key(t.cols)) == col.key)), None)
+        pts = ref.series(metric) if ref else []
+        if str(at) != "last":
+            pts = [p for p in pts if p[0] == int(at)]
+        if not pts:
+            return "no target"
+        target_round, target = pts[-1]
+        reached = next((r for r, v in run.series(metric) if r >= 1 and v >= target), None)
+        if reached is None:
+            return "never"
+        return float(reached) if path == "rounds_to_target" else float(target_round) / reached
+
+    # ---- the paper's numbers -------------------------------------------------------------------------------
+    def paper(self, row: str, col: Column):
+        cells = self.table.reference.get(row, {})
+        return cells.get(col.key if self.table.cols else canon(col.metric), "absent")
+
+    def has_paper(self, col: Column) -> bool:
+        return any(self.paper(r, col) != "absent" for r in self.row_keys)
+
+    def paper_text(self, row: str, col: Column) -> str:
+        p = self.paper(row, col)
+        if p == "absent":
+            return ""
+        if p is None:   # the paper prints no number: "\" for rounds-to-target (never reached), "—" otherwise
+            return "\\" if self.table.metrics[col.metric] in DERIVED else "—"
+        return fmt(p, self.digits[col.key]) if _number(p) is not None else str(p)
+
+    def diff(self, row: str, col: Column):
+        p, m = _number(self.paper(row, col)), self.cells[(row, col.key)].mean
+        return None if p is None or m is None else m - p
+
+    # ---- what is not complete ---------------------------------------------------------------------------------
+    def incomplete(self) -> list[RunRecord]:
+        return [r for r, _ in self.members if r.status != "complete"]
+
+    def seeds_note(self) -> str:
+        ns = {self.cells[k].n_runs for k in self.cells if self.cells[k].n_runs}
+        clean = not any(c.other for c in self.cells.values())
+        done = [r for r, _ in self.members if r.status == "complete"]
+        rounds = {r.config.get("rounds") for r in done}
+        head = f"{len(done)}/{len(self.members)} runs complete" + \
+            (f" ({rounds.pop()} rounds each)" if len(rounds) == 1 else "") + ". Mean ± std over seeds (population std)"
+        if clean and len(ns) == 1:
+            return f"{head}; n = {ns.pop()} seed(s) per cell."
+        return f"{head}; (k/n, ...) = k of the cell's n runs have a value, the others are listed."
+
+    def warnings(self) -> list[str]:
+        """Cells holding two runs of the same seed (runs that differ in a key the table does not show)."""
+        out = []
+        for (row, col), cell in self.cells.items():
+            twice = sorted(str(s) for s, n in Counter(cell.seeds).items() if n > 1)
+            if twice:
+                out.append(f"cell ({self.row_names[row]}, {col}) has several runs with seed {', '.join(twice)}: "
+                           "they differ in a key that is neither the table's rows nor its columns")
+        return out
+
+    def header(self) -> list[str]:
+        out = [self.row_title()]
+        for c in self.columns:
+            out += [c.header] + (["paper", "Δ"] if self.has_paper(c) else [])
+        return out
+
+    def row_title(self) -> str:
+        key = self.table.rows
+        return "Method" if key == "choice:algorithm" else key.split(":")[-1].split(".")[-1]
+
+    def lines(self) -> list[list[str]]:
+        out = []
+        for row in self.row_keys:
+            line = [self.row_names[row]]
+            for c in self.columns:
+                line.append(self.cells[(row, c.key)].text(self.digits[c.key]))
+                if self.has_paper(c):
+                    line += [self.paper_text(row, c), fmt(self.diff(row, c), self.digits[c.key], sign=True)]
+            out.append(line)
+        return out
+
+
+def _metric_names(spec: dict) -> set:
+    """The columns a run's own table node asks for (with the Speedup that goes with rounds_to_target)."""
+    paths = {str(k): str(v) for k, v in (spec.get("metrics") or {}).items()}
+    derived = "rounds_to_target" in paths.values() and "speedup" not in paths.values()
+    return set(paths) | ({"Speedup"} if derived else set())
+
+
+def _is_num(k) -> bool:
+    try:
+        float(k)
+        return True
+    except (TypeError, ValueError):
+        return False
