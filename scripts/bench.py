@@ -8,7 +8,8 @@ training, aggregation and evaluation (personalized + global test set).
 
 Prints seconds/round, sample-gradients/s, the vectorized/sequential ratio, and the fraction of the
 machine's fp32 matmul bound reached (model FLOPs counted with torch.utils.flop_counter; the peak is
-measured in this process). Same script on a GPU: ``--device cuda``.
+measured in this process: once at the start, and again right before and after every timed round, because a
+shared VM's throughput drifts by +-20 % within minutes). Same script on a GPU: ``--device cuda``.
 
     python scripts/bench.py                 # both executors on the CPU
     python scripts/bench.py --device cuda   # on a GPU
@@ -32,13 +33,13 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 
-def matmul_peak(device: torch.device, n: int = 2048, reps: int = 20) -> float:
-    """Measured fp32 matmul FLOP/s (the machine's practical bound)."""
+def matmul_peak(device: torch.device, n: int = 2048, reps: int = 10, trials: int = 3, warmup: int = 3) -> float:
+    """Measured fp32 matmul FLOP/s (the machine's practical bound): the best of ``trials`` timings."""
     a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
-    for _ in range(3):
+    for _ in range(warmup):
         a @ b
     best = 0.0
-    for _ in range(3):
+    for _ in range(trials):
         if device.type == "cuda":
             torch.cuda.synchronize()
         tic = time.perf_counter()
@@ -48,6 +49,19 @@ def matmul_peak(device: torch.device, n: int = 2048, reps: int = 20) -> float:
             torch.cuda.synchronize()
         best = max(best, 2 * n ** 3 * reps / (time.perf_counter() - tic))
     return best
+
+
+def timed(fn, device: torch.device) -> tuple[float, float]:
+    """(seconds for ``fn()``, the matmul peak measured right before and after it, averaged)."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    around = dict(trials=1, warmup=1)
+    before = matmul_peak(device, **around)
+    sync()
+    tic = time.perf_counter()
+    fn()
+    sync()
+    seconds = time.perf_counter() - tic
+    return seconds, (before + matmul_peak(device, **around)) / 2
 
 
 def flops_per_sample(net, shape, device, train: bool) -> float:
@@ -69,7 +83,7 @@ def bench(executor: str, args, data_root: Path | None) -> dict:
     executor, _, workers = executor.partition("@")   # e.g. sequential@1: one client at a time
     overrides = ["logger=none", f"hardware.device={args.device}", f"hardware.executor={executor}",
                  f"hardware.workers={workers or 'auto'}", f"hardware.precision={args.precision}",
-                 "partition=dominant_groups", "partition.samples_per_client=600", "clients=20", "model=cnn",
+                 "partition=dominant_groups", "partition.samples_per_client=600", f"clients={args.clients}", "model=cnn",
                  f"local_epochs={args.epochs}", "batch_size=100", "lr=0.01", f"hardware.channels_last={args.channels_last}"]
     if data_root:
         overrides += ["dataset=cifar10", f"dataset.root={data_root}"]
@@ -81,19 +95,12 @@ def bench(executor: str, args, data_root: Path | None) -> dict:
     run.setup()
     algo, dev = run.algorithm, run.device
     clients = torch.arange(run.data.num_clients)
-    sync = (lambda: torch.cuda.synchronize()) if dev.type == "cuda" else (lambda: None)
     algo.round(0, clients)  # warm-up
     run.evaluator(algo, 0)
-    times = []
-    for t in range(1, args.rounds + 1):
-        sync()
-        tic = time.perf_counter()
-        algo.round(t, clients)
-        run.evaluator(algo, t)
-        sync()
-        times.append(time.perf_counter() - tic)
+    rounds = [timed(lambda: (algo.round(t, clients), run.evaluator(algo, t)), dev) for t in range(1, args.rounds + 1)]
+    times = [s for s, _ in rounds]
     n_train = sum(len(run.data.train_idx[k]) for k in range(run.data.num_clients))
-    clean = clean_loop_seconds(run, args) if args.clean and dev.type == "cpu" else None
+    clean = clean_loop(run, args) if args.clean and dev.type == "cpu" else None
     n_eval = sum(len(run.data.test_idx[k]) for k in range(run.data.num_clients)) + len(run.data.global_test_idx)
     net = run.fm.net
     shape = run.data.input_shape
@@ -101,14 +108,15 @@ def bench(executor: str, args, data_root: Path | None) -> dict:
     s = min(times)
     train_flops = n_train * args.epochs * flops_per_sample(net, shape, dev, True)
     return {"s_per_round": s, "median_s": sorted(times)[len(times) // 2], "samples_per_s": n_train * args.epochs / s,
-            "flops_per_round": work, "flops_per_s": work / s, "clean_s": clean,
-            "clean_flops_per_s": None if clean is None else train_flops / clean}
+            "flops_per_round": work, "flops_per_s": work / s, "fractions": sorted(work / t / p for t, p in rounds),
+            "clean_s": None if clean is None else min(t for t, _ in clean),
+            "clean_fractions": None if clean is None else sorted(train_flops / t / p for t, p in clean)}
 
 
-def clean_loop_seconds(run, args) -> float:
+def clean_loop(run, args) -> list[tuple[float, float]]:
     """Reference: the same clients' local training as a plain loop (nn.Module + torch.optim.SGD, model and inputs
     in channels_last unless --channels-last false, the same batches), training only — what a hand-written
-    sequential loop reaches on this machine."""
+    sequential loop reaches on this machine. Two timings, each with the peak measured around it."""
     from fedbench.engine.schedule import make_schedule
 
     data = run.data
@@ -117,9 +125,8 @@ def clean_loop_seconds(run, args) -> float:
     net = copy.deepcopy(run.fm.net)
     fmt = torch.channels_last if args.channels_last == "true" else torch.contiguous_format
     net = net.to(memory_format=fmt)
-    best = float("inf")
-    for _ in range(2):
-        tic = time.perf_counter()
+
+    def train_all():
         for m in ids:
             net.load_state_dict({**run.initial_params, **run.initial_buffers})
             opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
@@ -128,8 +135,8 @@ def clean_loop_seconds(run, args) -> float:
                 opt.zero_grad(set_to_none=True)
                 torch.nn.functional.cross_entropy(net(x), data.y.index_select(0, idx)).backward()
                 opt.step()
-        best = min(best, time.perf_counter() - tic)
-    return best
+
+    return [timed(train_all, run.device) for _ in range(2)]
 
 
 def main():
@@ -137,6 +144,7 @@ def main():
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--epochs", type=int, default=5)
+    ap.add_argument("--clients", type=int, default=20)
     ap.add_argument("--executors", default="sequential,vectorized")
     ap.add_argument("--channels-last", dest="channels_last", default="true", choices=["true", "false"])
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
@@ -162,9 +170,13 @@ def main():
         print(f"{ex:>12}: {r['s_per_round']:.2f} s/round (median {r['median_s']:.2f}), "
               f"{r['samples_per_s']:.0f} sample-gradients/s, {r['flops_per_s'] / 1e9:.1f} GFLOP/s, "
               f"fraction of FLOP bound {r['flops_per_s'] / peak:.2f}")
+        f = r["fractions"]
+        print(f"{'':>12}  per round, against the peak measured right before and after it: median "
+              f"{f[len(f) // 2]:.2f} (range {f[0]:.2f}–{f[-1]:.2f})")
         if r["clean_s"]:
+            c = r["clean_fractions"]
             print(f"{'':>12}  reference plain loop (training only): {r['clean_s']:.2f} s, "
-                  f"fraction of FLOP bound {r['clean_flops_per_s'] / peak:.2f}")
+                  f"fraction of FLOP bound against the peak around it {c[-1]:.2f} (range {c[0]:.2f}–{c[-1]:.2f})")
     if "sequential" in res and "sequential@1" in res:
         print(f"sequential@1/sequential (parallel client workers) time ratio: "
               f"{res['sequential@1']['s_per_round'] / res['sequential']['s_per_round']:.2f}")
