@@ -46,7 +46,7 @@ def test_control_variates_and_server_update_by_hand(tmp_path):
     algo.w, algo.bn = {"a": f64(1.0)}, {}
     algo.c = {"a": f64(0.5)}
     algo.c_local = {"a": f64(0.1, 0.2, 0.3, 0.4)}
-    algo.server_update(torch.tensor([1, 3]), {"a": f64(0.6, 1.4)}, {}, torch.tensor([2, 5]))
+    algo.server_update(torch.tensor([1, 3]), {"a": f64(0.6, 1.4)}, {}, torch.tensor([2, 5]), lr=0.1)
     c1 = 0.2 - 0.5 + (1.0 - 0.6) / (2 * 0.1)     # = 1.7
     c3 = 0.4 - 0.5 + (1.0 - 1.4) / (5 * 0.1)     # = -0.9
     assert torch.allclose(algo.c_local["a"], f64(0.1, c1, 0.3, c3), atol=1e-12)
@@ -61,7 +61,7 @@ def test_momentum_corrected_control_variate(tmp_path):
     algo = run.algorithm
     f64 = lambda v: torch.tensor(v, dtype=torch.float64)  # noqa: E731
     algo.w, algo.bn, algo.c, algo.c_local = {"a": f64(1.0)}, {}, {"a": f64(0.0)}, {"a": f64([0.0, 0.0])}
-    algo.server_update(torch.tensor([0]), {"a": f64([0.5])}, {}, torch.tensor([2]))
+    algo.server_update(torch.tensor([0]), {"a": f64([0.5])}, {}, torch.tensor([2]), lr=0.1)
     assert torch.allclose(algo.c_local["a"], f64([(1.0 - 0.5) / (2.5 * 0.1), 0.0]))
 
 
@@ -94,3 +94,27 @@ def test_momentum_corrected_step_count():
 
 def test_sequential_equals_vectorized_and_it_learns(tmp_path):
     executors_agree_and_it_learns(tmp_path, "scaffold")
+
+
+def test_control_variates_use_the_decayed_lr_of_the_local_steps(tmp_path):
+    """Issue 16.8: under a step decay (lr 0.1 → 0.02 after round 1) round 2's local steps run at η = 0.02, so
+    c_k⁺ = c_k − c + (x − y_k)/(K_k · 0.02), not /(K_k · 0.1). Asymmetric c, c_k; participants {1, 3} of 4."""
+    run = setup_run(tmp_path, "scaffold", "clients=4", "lr=0.1", "optim.momentum=0", "optim.lr_decay_round=1",
+                    "optim.lr_decay_to=0.02", "algorithm.momentum_corrected_steps=false")
+    algo = run.algorithm
+    algo.c = perturbed({k: torch.zeros_like(v) for k, v in algo.w.items()}, 0.3, 1)
+    algo.c_local = broadcast(perturbed({k: torch.zeros_like(v) for k, v in algo.w.items()}, 0.7, 2), algo.K)
+    algo.c_local = {k: v * torch.arange(1, 5, dtype=v.dtype).view(-1, *([1] * (v.dim() - 1))) for k, v in algo.c_local.items()}
+    clients = torch.tensor([1, 3])
+    x0, c0, ck0 = dict(algo.w), dict(algo.c), {k: v[clients].clone() for k, v in algo.c_local.items()}
+    ctx = tagged({k: c0[k].unsqueeze(0) - ck0[k] for k in c0}, "correction")
+    ref = algo.local_train(2, clients, broadcast(x0, 2), broadcast(algo.bn, 2), loss=algo.loss, ctx=ctx)
+    at_01 = algo.local_train(2, clients, broadcast(x0, 2), broadcast(algo.bn, 2), loss=algo.loss, ctx=ctx,
+                             opt=algo.opt.replace(lr=0.1))
+    assert not torch.allclose(ref.params[next(iter(x0))], at_01.params[next(iter(x0))])   # the steps did decay
+    algo.round(2, clients)
+    for k in x0:
+        steps = ref.steps.to(torch.float64).view(-1, *([1] * x0[k].dim()))
+        expected = ck0[k] - c0[k] + (x0[k].unsqueeze(0) - ref.params[k]) / (steps * 0.02)
+        assert torch.allclose(algo.c_local[k][clients], expected, atol=1e-9), k
+        assert torch.allclose(algo.c[k], c0[k] + (2 / 4) * (expected - ck0[k]).mean(0), atol=1e-9), k

@@ -55,8 +55,9 @@ class SCAFFOLD(FedAvg):
         m = len(clients)
         c_k = rows(self.c_local, clients)
         ctx = tagged({k: self.c[k].unsqueeze(0) - c_k[k] for k in self.c}, "correction")   # c − c_k per client
-        res = self.local_train(t, clients, broadcast(self.w, m), broadcast(self.bn, m), loss=self.loss, ctx=ctx)
-        self.server_update(clients, res.params, res.buffers, res.steps)
+        opt = self.opt_at(t)     # the round's (possibly step-decayed) local lr η: the steps and c_k⁺ use the same η
+        res = self.local_train(t, clients, broadcast(self.w, m), broadcast(self.bn, m), loss=self.loss, ctx=ctx, opt=opt)
+        self.server_update(clients, res.params, res.buffers, res.steps, lr=float(opt.lr))
         return {"train/loss": res.loss.mean().item()}
 
     def loss(self, fm, p, b, x, y, ctx):
@@ -64,13 +65,14 @@ class SCAFFOLD(FedAvg):
         corr = untagged(ctx, "correction")
         return F.cross_entropy(fm(p, b, x), y) + sum((p[k] * corr[k]).sum() for k in corr)
 
-    def server_update(self, clients: torch.Tensor, params: Stack, buffers: Stack, steps: torch.Tensor) -> None:
-        """c_k⁺ for the participants, then the server's x and c updates (stacks over the round's clients)."""
+    def server_update(self, clients: torch.Tensor, params: Stack, buffers: Stack, steps: torch.Tensor, *, lr: float) -> None:
+        """c_k⁺ for the participants, then the server's x and c updates (stacks over the round's clients);
+        ``lr`` = the local η the clients' steps used (under ``optim.lr_decay_round`` the decayed one)."""
         m = len(clients)
         steps = steps.to(torch.float64).clamp(min=1)
         if self.momentum_steps:
             steps = effective_steps(steps, float(self.opt.momentum))
-        eta = float(self.opt.lr)
+        eta = float(lr)
         ones = torch.ones(m, dtype=torch.float64)
         c_old = rows(self.c_local, clients)
         c_new, dw, dc = {}, {}, {}
