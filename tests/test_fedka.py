@@ -116,8 +116,8 @@ def test_hard_and_proficient_anchor_sampling(tmp_path, strategy, pick):
 
 
 def test_fedka_loss_is_ce_plus_beta_ka(tmp_path):
-    """Eq. 2 with the anchors in the same forward; with an empty anchor the loss is plain CE."""
-    a = _algo(tmp_path, "algorithm.beta=0.5", "model=mlp", "hardware.precision=fp64")
+    """Eq. 3: CE + β·L_KA (β = 0.3, not 0.5, so that β <-> 1−β shows); with an empty anchor the loss is plain CE."""
+    a = _algo(tmp_path, "algorithm.beta=0.3", "model=mlp", "hardware.precision=fp64")
     g = torch.Generator().manual_seed(0)
     x, y = a.data.x[:6], a.data.y[:6]
     ax = a.data.x[10:14]
@@ -127,7 +127,7 @@ def test_fedka_loss_is_ce_plus_beta_ka(tmp_path):
     ce = F.cross_entropy(a.fm(a.w, a.bn, x), y)
     z_a = a.fm(a.w, a.bn, ax)
     ka = (((z_g - z_a) ** 2) * kept)[:3].sum() / 3
-    assert a.loss(a.fm, a.w, a.bn, x, y, ctx).item() == pytest.approx((ce + 0.5 * ka).item(), rel=1e-12)
+    assert a.loss(a.fm, a.w, a.bn, x, y, ctx).item() == pytest.approx((ce + 0.3 * ka).item(), rel=1e-12)
     ctx["anchor_mask"] = torch.zeros(4, dtype=torch.float64)
     assert a.loss(a.fm, a.w, a.bn, x, y, ctx).item() == pytest.approx(ce.item(), rel=1e-12)
 
@@ -196,3 +196,59 @@ def test_experiment_configs_compose_and_match_their_tables():
             if cfg.table.cols:
                 assert all({str(c) for c in row} == set(sweep[cfg.table.cols]) for row in cfg.table.reference.values()), name
     GlobalHydra.instance().clear()
+
+
+# ---- issue 16 item 11: both sides of L_KA under the same BatchNorm mode ------------------------------------------
+
+BN = [*SKEWED, "model=tiny_cnn", "hardware.precision=fp64", "algorithm.gamma=0.3", "algorithm.mu=null"]
+
+
+def _round_loss(tmp_path, beta: float, *overrides) -> tuple[float, float]:
+    """(train/loss, mean |T|) of round 1 with one local step per client (batch = all of a client's samples): the
+    logged loss is CE + β·L_KA evaluated at the round-start weights, i.e. with θ_i = θ_g."""
+    run = Run(make_cfg(*BN, f"algorithm.beta={beta}", "batch_size=100000", "local_epochs=1", *overrides),
+              tmp_path / str(beta))
+    run.setup()
+    m = run.algorithm.round(1, torch.arange(run.data.num_clients))
+    return m["train/loss"], m["fedka/anchor_size"]
+
+
+@pytest.mark.parametrize("executor", ["sequential", "vectorized"])
+def test_anchor_loss_is_zero_at_the_global_model_on_a_batchnorm_net(tmp_path, executor):
+    """θ_i = θ_g (the first local step) => Z_l = Z_g => L_KA = 0, on a BN net too: the KA term adds nothing to the
+    first step's loss (the old code mixed eval-mode Z_g with train-mode client logits: L_KA ≫ 0)."""
+    with_ka, size = _round_loss(tmp_path, 1.0, f"hardware.executor={executor}")
+    without, _ = _round_loss(tmp_path, 0.0, f"hardware.executor={executor}")
+    assert size > 0                                                   # the clients do have anchors
+    assert abs(with_ka - without) < 1e-10
+
+
+def test_anchor_loss_after_a_local_step_uses_the_local_model_in_eval_mode(tmp_path):
+    """After one local step L_KA > 0, and it equals the hand-written Eq. 3 with the client's logits taken like Z_g's:
+    eval mode (running statistics), the anchors in their own forward (not in the mini-batch's BN statistics)."""
+    a = _algo(tmp_path, *BN[len(SKEWED):], "algorithm.beta=1.0")
+    k = 0
+    anchor, _, _ = a.knowledge_anchor(1, k, {})
+    assert len(anchor) > 1
+    x_a = a.data.x[a.data.tensor(anchor)]
+    a.fm.set_mode(False)
+    z_g = a.fm(a.w, a.bn, x_a).detach()                              # global model, eval mode
+    a.fm.set_mode(True)
+    kept = a.kept[k]
+    ctx = {"anchor_x": x_a, "anchor_mask": torch.ones(len(anchor), dtype=x_a.dtype), "anchor_logits": z_g, "kept": kept}
+    idx = a.data.tensor(a.data.train_idx[k][:16])
+    x, y = a.data.x[idx], a.data.y[idx]
+    # one plain SGD step of the client on CE + L_KA from θ_g (lr 0.05, no momentum, BN stats updated by the batch)
+    p = {n: v.clone().requires_grad_(True) for n, v in a.w.items()}
+    b = {n: v.clone() for n, v in a.bn.items()}
+    g = torch.autograd.grad(a.loss(a.fm, p, b, x, y, ctx), list(p.values()))
+    p = {n: (v - 0.05 * gi).detach() for (n, v), gi in zip(p.items(), g)}
+    b_step = {n: v.clone() for n, v in b.items()}
+    ka = a.loss(a.fm, p, {n: v.clone() for n, v in b_step.items()}, x, y, ctx) - \
+        a.loss(a.fm, p, {n: v.clone() for n, v in b_step.items()}, x, y, {**ctx, "anchor_mask": torch.zeros(len(anchor), dtype=x.dtype)})
+    a.fm.set_mode(False)
+    z_l = a.fm(p, b_step, x_a)                                         # the stepped client, eval mode
+    a.fm.set_mode(True)
+    expected = ((z_g - z_l) ** 2 * kept).sum() / len(anchor)
+    assert expected.item() > 1e-6
+    assert ka.item() == pytest.approx(expected.item(), rel=1e-9)

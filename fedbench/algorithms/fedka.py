@@ -1,9 +1,16 @@
-"""FedKA — Federated Knowledge Anchor (Chen, Zhu, Zheng, arXiv 2312.02416; spec fedka.md).
+"""FedKA — Federated Knowledge Anchor (Chen, Zhu, Zheng, arXiv 2312.02416; docs/fedka.md).
 
-Algorithm 1: FedAvg whose clients add β · L_KA to the cross-entropy of every mini-batch. L_KA keeps the
-local model's logits on a tiny per-round *knowledge anchor* T_i^r (one sample per non-dominant class
-from the client's data, the shared sample of S for each missing class, down-sampled to μ) close to
+Algorithm 1: FedAvg whose clients add β · L_KA to the cross-entropy of every mini-batch (Eq. 3). L_KA keeps
+the local model's logits on a tiny per-round *knowledge anchor* T_i^r (Eq. 2: one sample per non-dominant
+class from the client's data, the shared sample of S for each missing class; down-sampled to μ) close to
 the round-start global model's logits, with the logits of the client's dominant classes discarded (Φ).
+
+BatchNorm: the paper does not say in which mode the logits on T are taken. Both sides use the same one —
+eval mode (running statistics), the mode in which a model's knowledge is measured (test accuracy, the
+forgetting degree of Eq. 1). Z_g: the round-start global model, once per round. Z_l: the local model with
+the running statistics it holds at the start of the step, the anchors in a forward of their own (they
+never enter the mini-batch's statistics). So L_KA = 0 while θ_i = θ_g. Nets without BN/dropout: the same
+numbers as any other arrangement.
 """
 from __future__ import annotations
 
@@ -23,18 +30,19 @@ ANCHOR_CLASSES = ("both", "non_dominant", "missing")  # Table 6: FedKA / KA(N) /
 
 
 def shared_set(labels: np.ndarray, num_classes: int, rng: np.random.Generator) -> np.ndarray:
-    """S (§4): one random training sample per class (pool indices), fixed for the run; −1 for a class
-    without training samples (it can then never be anchored). Spec §2 [REC]: drawn from the global
-    train split with a fixed seed and kept in its owner's data too."""
+    """S (§4, Def. 2): one random training sample per class (pool indices), fixed for the run; −1 for a class
+    without training samples (it can then never be anchored). The paper has clients contribute S; we draw it
+    from the global train split with a fixed seed and keep it in its owner's data too."""
     return np.array([rng.choice(np.flatnonzero(labels == c)) if (labels == c).any() else -1 for c in range(num_classes)],
                     dtype=np.int64)
 
 
 def knowledge_anchor_loss(z_local: torch.Tensor, z_global: torch.Tensor, kept: torch.Tensor,
                           mask: torch.Tensor) -> torch.Tensor:
-    """L_KA (Eq. 3) = (1/|T|) Σ_{a∈T} Σ_{k∉C_d} (z_g[a,k] − z_l[a,k])² — squared L2 over the kept logits
-    (spec §10.7: summed over logits, divided by |T|). ``kept`` [C] = 1 for non-dominant and missing
-    classes (Φ drops dominant columns); ``mask`` [A] = 1 for real anchors, 0 for padding. 0 when T = ∅."""
+    """L_KA (below Eq. 3) = (1/|T|) ||Φ(z_g) − Φ(z_l)||² = (1/|T|) Σ_{a∈T} Σ_{k∉C_d} (z_g[a,k] − z_l[a,k])²: squared
+    L2 summed over the kept logits (no mean over the logit dimension), divided by |T|. ``kept`` [C] = 1 for
+    non-dominant and missing classes (Φ drops dominant columns); ``mask`` [A] = 1 for real anchors, 0 for
+    padding. 0 when T = ∅."""
     sq = (z_global - z_local).pow(2) * kept.unsqueeze(0) * mask.unsqueeze(1)
     return sq.sum() / mask.sum().clamp(min=1)
 
@@ -42,8 +50,8 @@ def knowledge_anchor_loss(z_local: torch.Tensor, z_global: torch.Tensor, kept: t
 def pad_anchor(anchor: np.ndarray, slots: int, filler: int) -> tuple[np.ndarray, np.ndarray]:
     """Anchors padded to ``slots`` so that ragged anchor sets stack (vmap); (indices, mask).
 
-    Padding repeats the client's own anchors (the sample ``filler`` if it has none): masked out of L_KA, they only
-    matter for BatchNorm nets, where they join the batch statistics like the real anchors do."""
+    Padding repeats the client's own anchors (the sample ``filler`` if it has none) and is masked out of L_KA; the
+    anchors' forward is in eval mode, so padded slots never touch the real anchors' logits."""
     src = anchor if len(anchor) else np.array([filler], dtype=np.int64)
     idx = np.resize(src, slots)
     idx[: len(anchor)] = anchor
@@ -129,7 +137,7 @@ class FedKA(Algorithm):
         padded = [pad_anchor(a, self.slots, filler) for a, _, _ in built]
         idx = np.stack([p[0] for p in padded])                                   # [m, A]
         x = self.data.x
-        # Z_g: global logits on the anchors, once per round, eval mode, no grad (spec §10.6 [REC])
+        # Z_g: the global model's logits on the anchors, once per round, eval mode (like Z_l in loss), no grad
         z_g = self.run.predict(broadcast(self.w, 1), broadcast(self.bn, 1), [idx.reshape(-1)])[0]
         ctx = {"anchor_x": x[self.data.tensor(idx)],
                "anchor_mask": torch.as_tensor(np.stack([p[1] for p in padded]), dtype=x.dtype, device=x.device),
@@ -143,12 +151,16 @@ class FedKA(Algorithm):
                 "fedka/anchor_non_dominant": sizes[:, 1].mean(), "fedka/anchor_missing": sizes[:, 2].mean()}
 
     def loss(self, fm, p, b, x, y, ctx):
-        """Eq. 2: CE(θ_i; B) + β · L_KA. Batch and anchors go through ONE forward (spec §3 [REC]: the few
-        anchors never form a BatchNorm batch of their own; identical to two forwards for nets without BN)."""
-        n = x.shape[0]
-        z = fm(p, b, torch.cat([x, ctx["anchor_x"]]))
-        ka = knowledge_anchor_loss(z[n:], ctx["anchor_logits"], ctx["kept"], ctx["anchor_mask"])
-        return F.cross_entropy(z[:n], y) + self.beta * ka
+        """Eq. 3: CE(θ_i; B) + β · L_KA(T_i^r, θ_g^r, θ_i^r). Z_l = the local model's eval-mode logits on T with
+        the running statistics of the step's start (a copy: the batch's train-mode forward updates them in place),
+        as Z_g was taken (module docstring)."""
+        fm.set_mode(False)
+        try:
+            z_l = fm(p, {k: v.clone() for k, v in b.items()}, ctx["anchor_x"])
+        finally:
+            fm.set_mode(True)
+        ka = knowledge_anchor_loss(z_l, ctx["anchor_logits"], ctx["kept"], ctx["anchor_mask"])
+        return F.cross_entropy(fm(p, b, x), y) + self.beta * ka
 
     def global_model(self):
         return self.w, self.bn
