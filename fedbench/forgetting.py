@@ -20,7 +20,6 @@ from omegaconf import OmegaConf
 
 from .engine.stack import clone
 from .errors import ConfigError
-from .evaluation import confusion_counts
 
 DOMINANT, NON_DOMINANT, MISSING = 0, 1, 2
 GROUP_NAMES = ("dominant", "non_dominant", "missing")
@@ -42,16 +41,20 @@ def forgetting_degree(acc_global, acc_local, xi: float) -> np.ndarray:
     return (g[None, :] - np.asarray(acc_local, dtype=np.float64)) / (g[None, :] + xi)
 
 
-def group_means(tau, groups) -> dict:
-    """Mean τ over the (client, class) cells of each class type (types without cells are left out), and
-    the mean of τ clipped to [−1, 1] (``<type>_clipped``): a class the global model never predicts
-    (acc_g = 0, common in early rounds) gives τ = −acc_l/ξ ≈ −10⁸, which swamps the plain mean."""
+def group_forgetting(acc_global, acc_local, groups, xi: float) -> dict:
+    """τ per class type: Eq. 1 applied to the type's mean class accuracy over its (client, class) cells,
+    τ_type = (mean acc_g − mean acc_l) / (mean acc_g + ξ); clients with NaN rows (absent this round) are left
+    out, and so are types without cells. The paper defines τ per class only (Eq. 1, ξ "for numerical
+    stability"); a plain mean of per-cell τ is swamped by a class the global model gets wholly wrong
+    (acc_g = 0: τ = −acc_l/ξ ≈ −10⁸), while here such a class simply adds nothing to the denominator."""
+    g = np.broadcast_to(np.asarray(acc_global, dtype=np.float64)[None, :], np.shape(acc_local))
+    local = np.asarray(acc_local, dtype=np.float64)
     out = {}
-    for g, name in enumerate(GROUP_NAMES):
-        cells = tau[(groups == g) & np.isfinite(tau)]
-        if cells.size:
-            out[name] = float(cells.mean())
-            out[f"{name}_clipped"] = float(np.clip(cells, -1, 1).mean())
+    for k, name in enumerate(GROUP_NAMES):
+        cells = (np.asarray(groups) == k) & np.isfinite(local)
+        if cells.any():
+            mg, ml = g[cells].mean(), local[cells].mean()
+            out[name] = float((mg - ml) / (mg + xi))
     return out
 
 
@@ -87,8 +90,8 @@ def draw_forgetting(tau, groups, path, title: str):
 
 
 class ForgettingMonitor:
-    """Per-round τ for every participating client × class; mean τ per class type as metrics
-    (``forgetting/dominant|non_dominant|missing``), the [K, C] matrix (NaN rows = clients that did
+    """Per-round τ for every participating client × class; τ per class type (:func:`group_forgetting`) as
+    metrics (``forgetting/dominant|non_dominant|missing``), the [K, C] matrix (NaN rows = clients that did
     not train this round) saved as ``diagnostics/forgetting/round_<t>.npy``, a heatmap every
     ``draw_every`` rounds."""
 
@@ -121,6 +124,8 @@ class ForgettingMonitor:
 
     def class_accuracy(self, params, buffers) -> np.ndarray:
         """[M, C] per-class accuracy of M stacked models on the global test set."""
+        from .evaluation import confusion_counts   # (evaluation imports the algorithms, which import this module)
+
         data = self.run.data
         idx = data.global_test_idx
         y = data.y[data.tensor(idx)]
@@ -137,8 +142,9 @@ class ForgettingMonitor:
         _, clients, res = local
         p, b = self.global_start
         acc_g = self.class_accuracy({k: v.unsqueeze(0) for k, v in p.items()}, {k: v.unsqueeze(0) for k, v in b.items()})[0]
-        tau = np.full(self.groups.shape, np.nan)
-        tau[clients] = forgetting_degree(acc_g, self.class_accuracy(res.params, res.buffers), self.xi)
+        acc_l = np.full(self.groups.shape, np.nan)
+        acc_l[clients] = self.class_accuracy(res.params, res.buffers)
+        tau = forgetting_degree(acc_g, acc_l, self.xi)
         self.global_start = None
         self.dir.mkdir(parents=True, exist_ok=True)
         np.save(self.dir / f"round_{t:05d}.npy", tau)
@@ -147,8 +153,8 @@ class ForgettingMonitor:
         if self.draw_every and (t % self.draw_every == 0 or t == self.rounds):
             png = draw_forgetting(tau, self.groups, self.dir / f"round_{t:05d}.png", f"forgetting degree τ, round {t}")
             self.run.image("forgetting", png, t)
-        return {f"forgetting/{k}": v for k, v in group_means(tau, self.groups).items()}
+        return {f"forgetting/{k}": v for k, v in group_forgetting(acc_g, acc_l, self.groups, self.xi).items()}
 
 
-__all__ = ["DOMINANT", "NON_DOMINANT", "MISSING", "GROUP_NAMES", "class_groups", "forgetting_degree", "group_means",
+__all__ = ["DOMINANT", "NON_DOMINANT", "MISSING", "GROUP_NAMES", "class_groups", "forgetting_degree", "group_forgetting",
            "draw_forgetting", "ForgettingMonitor"]

@@ -8,7 +8,7 @@ import pytest
 from conftest import make_cfg, run_cfg
 
 from fedbench.errors import ConfigError
-from fedbench.forgetting import DOMINANT, MISSING, NON_DOMINANT, class_groups, forgetting_degree, group_means
+from fedbench.forgetting import DOMINANT, MISSING, NON_DOMINANT, class_groups, forgetting_degree, group_forgetting
 from fedbench.run import Run
 
 
@@ -29,11 +29,39 @@ def test_forgetting_degree_on_scripted_accuracies():
     tau = forgetting_degree(acc_g, acc_l, xi=1e-8)
     expected = [[0.4 / 0.8, 0.0, -0.3 / 1e-8, 1.0], [0.0, -0.25 / 0.5, 0.0, 0.0]]
     assert np.allclose(tau, expected, rtol=1e-6)     # τ ≤ 1; 1 = complete forgetting; < 0 = improvement
-    groups = np.array([[NON_DOMINANT, DOMINANT, MISSING, MISSING], [DOMINANT, DOMINANT, MISSING, NON_DOMINANT]])
-    m = group_means(tau, groups)
-    assert m["non_dominant"] == pytest.approx(0.25) and m["dominant"] == pytest.approx(-1 / 6)
-    assert m["missing"] == pytest.approx((-0.3e8 + 1 + 0) / 3, rel=1e-6)
-    assert m["missing_clipped"] == pytest.approx((-1 + 1 + 0) / 3, abs=1e-6)
+
+
+def test_forgetting_per_class_type_on_a_hand_made_confusion_history():
+    """Eq. 1 per (client, class) cell, and per class type Eq. 1 applied to the type's mean class accuracy:
+    τ_type = (mean acc_g − mean acc_l) / (mean acc_g + ξ) over the type's cells of the participants. A class the global
+    model gets wholly wrong (acc_g = 0: denominator ξ) has τ = −acc_l/ξ ≈ −10⁷ per cell; it must not swamp its type
+    (a plain mean of τ did: dominant ≈ −5·10⁶ in round 1 below)."""
+    D, N, M, xi = DOMINANT, NON_DOMINANT, MISSING, 1e-8
+    total = np.array([10, 20, 5, 4])                        # test samples per class
+    groups = np.array([[N, D, D, M], [D, M, N, D]])
+    history = {   # round: (global model's correct per class, each client's local model's correct per class; None = absent)
+        1: ([5, 0, 5, 2], [[1, 4, 5, 0], [10, 0, 1, 2]]),
+        2: ([10, 10, 0, 4], [[2, 20, 0, 0], None]),
+    }
+    expected_tau = {1: [[0.8, -0.2 / xi, 0.0, 1.0], [-1.0, 0.0, 0.8, 0.0]],
+                    2: [[0.8, -1.0, 0.0, 1.0], [np.nan] * 4]}
+    # round 1: dominant cells (0,1) (0,2) (1,0) (1,3): acc_g 0, 1, .5, .5 (mean .5), acc_l .2, 1, 1, .5 (mean .675)
+    #          non-dominant (0,0) (1,2): acc_g .5, 1 -> .75, acc_l .1, .2 -> .15; missing (0,3) (1,1): .5, 0 -> .25 vs 0, 0
+    # round 2 (client 1 absent): dominant (0,1) (0,2): acc_g .5, 0 -> .25, acc_l 1, 0 -> .5; non-dominant .8; missing 1
+    expected_type = {1: {"dominant": (0.5 - 0.675) / 0.5, "non_dominant": 0.6 / 0.75, "missing": 1.0},
+                     2: {"dominant": -1.0, "non_dominant": 0.8, "missing": 1.0}}
+    for t, (glob, local) in history.items():
+        acc_g = np.array(glob) / total
+        acc_l = np.array([np.array(c) / total if c is not None else [np.nan] * 4 for c in local])
+        tau = forgetting_degree(acc_g, acc_l, xi)
+        assert np.allclose(tau, expected_tau[t], rtol=1e-6, equal_nan=True)
+        got = group_forgetting(acc_g, acc_l, groups, xi)
+        assert got.keys() == expected_type[t].keys()
+        for name, v in expected_type[t].items():
+            assert got[name] == pytest.approx(v, rel=1e-7), (t, name)
+    # a type without cells among the participants is left out; all-zero global accuracy gives (0 − l)/ξ, as Eq. 1
+    only_d = group_forgetting(np.array([0.5, 0.0]), np.array([[0.25, 0.0]]), np.array([[D, D]]), xi)
+    assert only_d == {"dominant": pytest.approx(0.125 / (0.25 + xi))}
 
 
 def test_tau_compares_round_start_global_model_with_the_trained_local_model(tmp_path):
@@ -50,7 +78,8 @@ def test_tau_compares_round_start_global_model_with_the_trained_local_model(tmp_
         assert np.allclose(tau[0], forgetting_degree(class_acc[t - 1], class_acc[t][None], 1e-8)[0], rtol=1e-9)
         assert (tmp_path / "diagnostics" / "forgetting" / f"round_{t:05d}.png").exists()
     logged = next(r for r in rows if r["round"] == 2 and "forgetting/dominant" in r)
-    assert logged["forgetting/dominant"] == pytest.approx(float(np.mean(tau)))   # one client: every class dominant
+    g, local = class_acc[1], class_acc[2]                 # one client: every class dominant
+    assert logged["forgetting/dominant"] == pytest.approx((g.mean() - local.mean()) / (g.mean() + 1e-8), rel=1e-9)
 
 
 def test_forgetting_for_partial_participation_and_other_methods(tmp_path):
