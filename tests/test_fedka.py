@@ -252,3 +252,29 @@ def test_anchor_loss_after_a_local_step_uses_the_local_model_in_eval_mode(tmp_pa
     expected = ((z_g - z_l) ** 2 * kept).sum() / len(anchor)
     assert expected.item() > 1e-6
     assert ka.item() == pytest.approx(expected.item(), rel=1e-9)
+
+
+# ---- issue 16 item 13: Table 2's FedAvg row is 100 rounds, 1x by definition ----------------------------------------
+
+def test_table2_target_row_is_its_target_round_and_speedup_one(tmp_path):
+    """Table 2 counts the rounds each method needs to reach FedAvg's accuracy after its last round; FedAvg's own row is
+    that last round and 1x by definition (the paper's "FedAvg 100 1x"), also when its curve touched the value earlier
+    (then the report says so). Other rows: first round at or above the target, speedup = target round / that round."""
+    from test_report import TABLE2, write_run
+
+    from fedbench.report import Report, collect, group_tables
+
+    root = tmp_path / "sweep"
+    write_run(root, "fedavg", 0, TABLE2, [0.1, 0.3, 0.5, 0.6, 0.55])    # target 0.55 @4, touched already @3
+    write_run(root, "fedavg", 1, TABLE2, [0.1, 0.2, 0.3, 0.4, 0.5])     # target 0.50 @4, first reached @4
+    write_run(root, "fedka", 0, TABLE2, [0.1, 0.2, 0.56, 0.5, 0.6])     # 0.56 >= 0.55 @2: 4/2 = 2x
+    write_run(root, "fedka", 1, TABLE2, [0.1, 0.5, 0.5, 0.5, 0.5])      # 0.50 >= 0.50 @1: 4x
+    write_run(root, "fedprox", 0, TABLE2, [0.1, 0.2, 0.3, 0.4, 0.5])    # never reaches 0.55
+    rep = Report(group_tables(collect([root]))[0])
+    assert rep.cells[("fedavg", "Rounds")].values == [4.0, 4.0]
+    assert rep.cells[("fedavg", "Speedup")].values == [1.0, 1.0]
+    assert rep.cells[("fedka", "Rounds")].values == [2.0, 1.0]
+    assert rep.cells[("fedka", "Speedup")].values == [2.0, 4.0]
+    assert rep.cells[("fedprox", "Rounds")].other == {"never": 1}
+    assert [w for w in rep.warnings() if "FedAvg" in w and "round 3" in w and "seed 0" in w]
+    assert not [w for w in rep.warnings() if "seed 1" in w]

@@ -119,8 +119,8 @@ def test_rounds_to_target_speedup_and_runtime_from_the_runs_records(tmp_path):
     assert rep.row_keys == ["fedavg", "fedka", "fedprox"]
     assert [c.header for c in rep.columns] == ["Rounds", "Speedup", "Acc@2", "Time/round (s)", "Wall (s)"]
     cell = {(r, c): rep.cells[(r, c)] for r, c in rep.cells}
-    assert cell[("fedavg", "Rounds")].values == [3.0, 3.0]
-    assert cell[("fedavg", "Speedup")].values == [4 / 3, 4 / 3]
+    assert cell[("fedavg", "Rounds")].values == [4.0, 4.0]        # the target row: its target round, 1x (#16 item 13)
+    assert cell[("fedavg", "Speedup")].values == [1.0, 1.0]
     assert cell[("fedka", "Rounds")].values == [1.0] and cell[("fedka", "Rounds")].other == {"never": 1}
     assert cell[("fedka", "Speedup")].values == [4.0]
     assert cell[("fedka", "Rounds")].text(0) == "1 (1/2, 1 never)" and rep.digits["Rounds"] == 0

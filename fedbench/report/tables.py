@@ -265,6 +265,8 @@ class Report:
         if not pts:
             return "no target"
         target_round, target = pts[-1]
+        if run is ref:   # the target row needs its target round by definition (the paper's "FedAvg 100 1x")
+            return float(target_round) if path == "rounds_to_target" else 1.0
         reached = next((r for r, v in run.series(metric) if r >= 1 and v >= target), None)
         if reached is None:
             return "never"
@@ -306,13 +308,30 @@ class Report:
         return f"{head}; (k/n, ...) = k of the cell's n runs have a value, the others are listed."
 
     def warnings(self) -> list[str]:
-        """Cells holding two runs of the same seed (runs that differ in a key the table does not show)."""
-        out = []
+        """Cells holding two runs of the same seed (runs that differ in a key the table does not show); target-row
+        runs of rounds_to_target that touched their own target before the target round."""
+        out = self._early_targets()
         for (row, col), cell in self.cells.items():
             twice = sorted(str(s) for s, n in Counter(cell.seeds).items() if n > 1)
             if twice:
                 out.append(f"cell ({self.row_names[row]}, {col}) has several runs with seed {', '.join(twice)}: "
                            "they differ in a key that is neither the table's rows nor its columns")
+        return out
+
+    def _early_targets(self) -> list[str]:
+        t = self.table
+        if not t.target or "rounds_to_target" not in t.metrics.values():
+            return []
+        out, row = [], canon(t.target.get("row"))
+        for run, _ in self.members:
+            pts = run.series(t.target.get("metric", "global/acc")) if run.status == "complete" and canon(run.key(t.rows)) == row else []
+            at = t.target.get("at", "last")
+            own = [p for p in pts if str(at) == "last" or p[0] == int(at)]
+            if own:
+                first = next((r for r, v in pts if r >= 1 and v >= own[-1][1]), own[-1][0])
+                if first < own[-1][0]:
+                    out.append(f"{self.row_names.get(row, row)} (seed {run.seed}) already reached its round-{own[-1][0]} "
+                               f"value at round {first}; its row shows {own[-1][0]} by definition, as the paper's")
         return out
 
     def header(self) -> list[str]:
