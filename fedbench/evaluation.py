@@ -61,6 +61,9 @@ class Evaluator:
         out = {"pers/acc": float(correct.sum() / max(1, n.sum())),
                "pers/acc_mean": float(acc[has].mean()), "pers/acc_std": float(acc[has].std()),
                "pers/acc_present_classes": float(np.nanmean(present_acc))}
+        hook = getattr(algo, "class_acc_metrics", None)   # a method's per-class diagnostics (ECL: head/tail per component)
+        if hook is not None:
+            out.update(hook(np.where(total > 0, cls_acc, np.nan)))
         info = data.info
         if "majority_class" in info and "minority_class" in info:   # FedCOM's pairs (fedcom.md §8): minority-class gains
             for part in ("majority", "minority"):

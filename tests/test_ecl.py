@@ -9,10 +9,10 @@ import torch
 import torch.nn.functional as F
 from conftest import make_cfg
 
-from fedbench.algorithms.ecl import (ECL, combine_logits, expert_groups, expert_of_class, head_tail_accuracy,
-                                     logit_scales, mixing_weights)
+from fedbench.algorithms.ecl import (ECL, class_set_accuracy, classifier_names, combine_logits, expert_groups,
+                                     expert_of_class, head_tail_accuracy, logit_scales, mixing_weights)
 from fedbench.algorithms.fedprox import FedProx
-from fedbench.engine.stack import rows
+from fedbench.engine.stack import broadcast, rows
 from fedbench.errors import ConfigError
 from fedbench.losses import balanced_softmax_ce
 from fedbench.run import Run
@@ -78,6 +78,13 @@ def test_mixing_weights_and_combined_logits_eq6_by_hand():
     assert torch.allclose(o, torch.tensor([hand]))
 
 
+def test_class_set_accuracy_leaves_out_unmeasured_classes_and_clients():
+    acc = np.array([[1.0, np.nan, 0.5], [0.2, 0.4, np.nan]])
+    assert class_set_accuracy(acc, [np.array([0, 1]), np.array([2])]) == pytest.approx(1.0)   # client 1: nothing measured
+    assert class_set_accuracy(acc, [np.array([0, 2]), np.array([0, 1])]) == pytest.approx((0.75 + 0.3) / 2)
+    assert np.isnan(class_set_accuracy(acc, [np.array([1]), np.array([], dtype=int)]))
+
+
 def test_head_tail_accuracy_uses_local_groups_and_global_halves():
     counts = np.array([[10, 5, 1, 0], [0, 8, 0, 2]])
     acc = np.array([[1.0, 0.5, 0.0, 0.9], [0.3, 0.6, 0.3, 0.2]])
@@ -124,6 +131,18 @@ def test_phase_two_trains_the_named_layers_and_predicts_with_eq6(tmp_path):
     zs = [run.predict(rows(P, clients), rows(B, clients), idx) for P, B in algo.components]
     for k in range(algo.K):
         assert torch.allclose(mixed[k], combine_logits(torch.stack([z[k] for z in zs]), algo.mix[k]), atol=1e-4)
+    # issue 16.9: head/tail accuracy of each component alone and of the mixture, in the metrics and the summary
+    y = run.data.y[run.data.tensor(idx[0])]
+    C = run.data.num_classes
+
+    def class_acc(logits):
+        return np.array([[((z.argmax(1) == y) & (y == c)).sum().item() / (y == c).sum().item() for c in range(C)] for z in logits])
+
+    for name, logits in (("calibrated", zs[0]), ("expert1", zs[1]), ("expert2", zs[2]), (None, mixed)):
+        ht = head_tail_accuracy(run.data.counts, class_acc(logits))
+        for part in ("head_acc", "tail_acc"):
+            key = f"lt/{name}/{part}" if name else f"lt/{part}"
+            assert summary["metrics"][key]["last"] == pytest.approx(ht[part]) == summary[key], key
     # the predictors are self-contained: a later change of the phase-I model does not leak into them
     algo.phase1.w = {k: torch.zeros_like(v) for k, v in algo.phase1.w.items()}
     assert all(torch.equal(a, b) for a, b in zip(mixed, algo.client_logits(clients, idx, 2)))
@@ -173,7 +192,7 @@ def test_resumed_run_equals_uninterrupted(tmp_path):
 
 def test_bad_config_values_fail_in_setup(tmp_path):
     for bad, key in (("algorithm.num_experts=0", "algorithm.num_experts"), ("algorithm.phase_one=ecl", "algorithm.phase_one"),
-                     ("algorithm.lam=1.5", "algorithm.lam"), ("algorithm.logit_scaling=l1", "algorithm.logit_scaling")):
+                     ("algorithm.mix_lambda=1.5", "algorithm.mix_lambda"), ("algorithm.logit_scaling=l1", "algorithm.logit_scaling")):
         with pytest.raises(ConfigError) as e:
             Run(make_cfg(*LONGTAIL, "algorithm=ecl", bad), tmp_path).setup()
         assert e.value.key == key
@@ -198,3 +217,115 @@ def test_tail_class_accuracy_beats_fedavg_ft(tmp_path):
             run, summary = _run(tmp_path / f"{alg}{seed}", *common, f"algorithm={alg}", f"seed={seed}", *extra)
             tails[alg] = head_tail_accuracy(run.data.counts, summary["final"]["pers_client_class_acc"])["tail_acc"]
         assert tails["ecl"] > tails["fedavg_ft"], (seed, tails)
+
+
+# ---------------------------------------------------------------------------- issue 16, items 6, 7, 10
+def test_tail_expert_is_the_last_nonempty_group_and_empty_experts_take_no_part(tmp_path):
+    """Issue 16.6. M = 3, ``ceil`` grouping on the 5-client long-tail digits: clients with 4 present classes get
+    groups of 2, 2, 0 (4 < M·⌈4/M⌉ = 6), with 2 classes 1, 1, 0. Their tail expert is expert 2 (the last
+    non-empty group): classifier only, class-balanced sampling. Expert 3 is empty for them: untrained, weight 0
+    in Eq. 6, left out of the Eq. 5 scale means and of the per-component accuracies."""
+    run, summary = _run(tmp_path, "model=mlp", "model.head_hidden=[16]", "algorithm=ecl", "algorithm.num_experts=3",
+                        "rounds=1", "algorithm.phase2_epochs=2", "algorithm.phase2_batch_size=8", "hardware.precision=fp64")
+    algo: ECL = run.algorithm
+    w, bn = algo.global_model()
+    counts, labels, K = run.data.counts, run.data.y.cpu().numpy(), algo.K
+    groups = [expert_groups(counts[k], 3) for k in range(K)]
+    sizes = [[len(g) for g in gs] for gs in groups]
+    short = [k for k in range(K) if sizes[k][2] == 0 and sizes[k][1] > 0]
+    assert short and any(s[2] > 0 for s in sizes), sizes     # both kinds of client are in this federation
+    cls, head_layers = set(run.fm.names("classifier")), set(run.fm.names("head"))
+    assert head_layers - cls                                  # non-tail experts train more than the classifier
+    wname = "head.2.weight"
+    for k in range(K):
+        tail = max(m for m in range(3) if sizes[k][m])
+        for m in range(3):
+            P = algo.components[m + 1][0]
+            changed = {n for n in run.fm.param_names if not torch.equal(P[n][k], w[n])}
+            if sizes[k][m] == 0:
+                assert not changed, (k, m)                                     # never trained
+                assert torch.count_nonzero(algo.mix[k, m + 1]) == 0, (k, m)      # no part in Eq. 6
+                assert np.isnan(algo.component_class_acc[k, m + 1]).all()     # no part in the accuracies
+            elif m == tail:
+                assert changed == cls, (k, m)
+                tr = run.data.train_idx[k]
+                idx = tr[np.isin(labels[tr], groups[k][m])]
+                _, inv, cnt = np.unique(labels[idx], return_inverse=True, return_counts=True)
+                ref = algo.local_train(1, torch.tensor([k]), broadcast(w, 1), broadcast(bn, 1), trainable=sorted(cls),
+                                       epochs=2, opt=algo.opt.replace(lr=0.01), batch_size=8, purpose=f"ecl_expert{m + 1}",
+                                       indices=[idx], sample_weights=[1.0 / cnt[inv]], persistent_state=False)
+                assert all(torch.allclose(P[n][k], ref.params[n][0], atol=1e-12) for n in cls), (k, m)
+            else:
+                assert changed == head_layers, (k, m)
+    # Eq. 5 diagnostics: the mean scale of expert 3 is over the clients that have an expert 3
+    u0 = algo.components[0][0][wname]
+    ratio3 = algo.components[3][0][wname].pow(2).sum((1, 2)) / u0.pow(2).sum((1, 2))
+    has3 = [k for k in range(K) if sizes[k][2]]
+    metrics = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    logged = next(h for h in metrics if "ecl/scale_expert3" in h)
+    assert logged["ecl/scale_expert3"] == pytest.approx(float(ratio3[has3].mean()))
+    assert logged["ecl/classes_expert3"] == pytest.approx(np.mean([sizes[k][2] for k in has3]))
+
+
+def _eval_features(run, w, bn, x):
+    run.fm.set_mode(False)
+    try:
+        return run.fm.features(w, bn, x)
+    finally:
+        run.fm.set_mode(True)
+
+
+@pytest.mark.parametrize("frozen_bn", ["global", "local"])
+def test_phase_two_freezes_batchnorm_in_eval_mode(tmp_path, frozen_bn):
+    """Issue 16.7, on a BatchNorm ResNet. ``frozen_bn: global`` (the paper: frozen backbone) runs the frozen layers in
+    eval mode: one full-batch SGD step of the calibrated classifier (momentum 0, wd 0) equals the hand-computed
+    BSCE step on the phase-I model's eval-mode features, and no frozen BN statistic moves; ``local`` (FedAFA's
+    code) runs them in train mode: the step is on the batch's train-mode features."""
+    run, _ = _run(tmp_path, *TINY_RESNET, "algorithm=ecl", "rounds=1", "algorithm.phase2_epochs=1",
+                  "algorithm.phase2_batch_size=4096", "algorithm.phase2_augment=false", "optim.momentum=0",
+                  "optim.weight_decay=0", "hardware.precision=fp64", f"algorithm.frozen_bn={frozen_bn}")
+    algo: ECL = run.algorithm
+    w, bn = algo.global_model()
+    wname, bname = classifier_names(run.fm)
+    calibrated, head_expert, tail_expert = algo.components
+    for k in range(algo.K):
+        ids = run.data.tensor(run.data.train_idx[k])
+        x, y = run.data.x[ids], run.data.y[ids]
+        if frozen_bn == "global":
+            h = _eval_features(run, w, bn, x)
+        else:
+            h = run.fm.features(w, bn, x)        # train mode: the batch's own statistics
+        W, b = w[wname].clone().requires_grad_(True), w[bname].clone().requires_grad_(True)
+        counts = torch.as_tensor(run.data.counts[k], dtype=h.dtype)
+        prior = torch.where(counts > 0, counts.clamp(min=1).log(), torch.full_like(counts, -13.815510557964274))
+        gW, gb = torch.autograd.grad(F.cross_entropy(h.detach() @ W.t() + b + prior, y), (W, b))
+        assert torch.allclose(calibrated[0][wname][k], w[wname] - 0.01 * gW, atol=1e-10), k
+        assert torch.allclose(calibrated[0][bname][k], w[bname] - 0.01 * gb, atol=1e-10), k
+    last = set(run.fm.names("last_block"))
+    block = next(iter(last)).rsplit(".", 2)[0] + "."
+
+    def moved(B):
+        return {n for n in bn if not torch.equal(B[n], bn[n].expand_as(B[n]))}
+
+    if frozen_bn == "global":
+        assert moved(calibrated[1]) == set() and moved(tail_expert[1]) == set()   # classifier-only models: no BN moves
+        assert moved(head_expert[1]) and all(n.startswith(block) for n in moved(head_expert[1]))   # only the trained block's
+    else:
+        assert any(not n.startswith(block) for n in moved(calibrated[1]))          # train mode: frozen statistics follow D_k
+
+
+def test_ecl_mix_lambda_and_ditto_lam_are_separate_keys(tmp_path):
+    """Issue 16.10: ECL's λ (Eq. 6) is ``algorithm.mix_lambda``, Ditto's proximal λ is ``algorithm.lam``; in the Table 1
+    sweeps Ditto runs at the spec's λ = 0.1 while ECL keeps λ = 1/2, and setting one key leaves the other alone."""
+    for table in ("ecl/table1", "ecl/table1_cifar100"):
+        ditto = make_cfg(f"+experiment={table}", "partition.imbalance_factor=10", "algorithm=ditto")
+        ecl = make_cfg(f"+experiment={table}", "partition.imbalance_factor=10", "algorithm=ecl")
+        assert ditto.algorithm.lam == 0.1 and "mix_lambda" not in ditto.algorithm, table
+        assert ecl.algorithm.mix_lambda == 0.5, table
+    for over, expect in (("++algorithm.lam=0.3", 0.5), ("algorithm.mix_lambda=0.25", 0.25)):
+        run = Run(make_cfg(*LONGTAIL, "algorithm=ecl", over), tmp_path / over)
+        run.setup()
+        assert run.algorithm.lam == expect, over
+    run = Run(make_cfg(*LONGTAIL, "algorithm=ditto", "++algorithm.mix_lambda=0.25"), tmp_path / "ditto")
+    run.setup()
+    assert run.cfg.algorithm.lam == 0.01

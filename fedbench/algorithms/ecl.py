@@ -22,8 +22,8 @@ import torch
 from torch.func import functional_call
 
 from ..config import boolean, int_at_least, number, one_of
-from ..engine.functional import _sub
-from ..engine.stack import Stack, broadcast, rows
+from ..engine.functional import _sub, cross_entropy
+from ..engine.stack import Stack, broadcast, rows, set_rows
 from ..errors import ConfigError
 from ..evaluation import confusion_counts
 from ..losses import balanced_softmax_ce
@@ -53,6 +53,33 @@ def upper_logits(fm, p: Stack, b: Stack, h: torch.Tensor, start: int) -> torch.T
     return fm.head(p, b, run_children(fm, "body", p, b, h, start))
 
 
+def frozen_modules(fm, trainable) -> list[str]:
+    """Names of the modules with parameters or buffers of their own, none of them trainable: the frozen layers."""
+    trainable = set(trainable)
+    out = []
+    for name, mod in fm.net.named_modules():
+        own = [f"{name}.{n}" for n, _ in mod.named_parameters(recurse=False)]
+        has_buffers = any(True for _ in mod.named_buffers(recurse=False))
+        if (own or has_buffers) and not trainable.intersection(own):
+            out.append(name)
+    return out
+
+
+def frozen_in_eval_mode(loss, names: list[str]):
+    """``loss`` with the modules ``names`` in eval mode during its forward pass: a frozen BatchNorm normalises with
+    its running statistics and leaves them unchanged (the executor puts the whole net in train mode)."""
+    def wrapped(fm, p, b, x, y, ctx):
+        mods = [fm.net.get_submodule(n) for n in names]
+        for mod in mods:
+            mod.training = False
+        try:
+            return loss(fm, p, b, x, y, ctx)
+        finally:
+            for mod in mods:
+                mod.training = True
+    return wrapped
+
+
 def classifier_names(fm) -> tuple[str, str | None]:
     """(weight, bias or None) parameter names of the final Linear."""
     names = fm.names("classifier")
@@ -66,7 +93,8 @@ def expert_groups(counts: np.ndarray, num_experts: int, mode: str = "ceil") -> l
     """Data grouping (ECL §3.2): the client's present classes (n_c > 0, spec [REC] §10.4) sorted by n_c
     descending (ties: lower class index first), cut into ``num_experts`` contiguous groups C_1 (head) … C_M
     (tail). ``ceil``: groups of ⌈|C_k|/M⌉ classes, the last ones smaller or empty (spec §3.1);
-    ``even``: sizes differ by at most one, larger groups first (never empty while |C_k| ≥ M)."""
+    ``even``: sizes differ by at most one, larger groups first (never empty while |C_k| ≥ M).
+    The tail expert is the one of the last NON-empty group (:func:`tail_expert`); empty groups have no expert."""
     counts = np.asarray(counts)
     present = np.flatnonzero(counts > 0)
     order = present[np.argsort(-counts[present], kind="stable")]
@@ -74,6 +102,12 @@ def expert_groups(counts: np.ndarray, num_experts: int, mode: str = "ceil") -> l
         return [g.astype(np.int64) for g in np.array_split(order, num_experts)]
     size = -(-len(order) // num_experts)
     return [order[m * size:(m + 1) * size].astype(np.int64) for m in range(num_experts)]
+
+
+def tail_expert(groups: list[np.ndarray]) -> int:
+    """Index of the tail expert ("the expert with tailed class data", ECL §3.2): the last non-empty group
+    (−1 if the client has no class)."""
+    return max((m for m, g in enumerate(groups) if len(g)), default=-1)
 
 
 def expert_of_class(groups: list[list[np.ndarray]], num_classes: int) -> torch.Tensor:
@@ -134,6 +168,13 @@ def bsce_loss(fm, p, b, x, y, ctx):
     return balanced_softmax_ce(fm(p, b, x), y, ctx["class_counts"])
 
 
+def class_set_accuracy(class_acc: np.ndarray, sets: list[np.ndarray]) -> float:
+    """Mean over clients of client k's mean per-class accuracy over its classes ``sets[k]`` ([K, C] accuracies, NaN =
+    not measured: such classes, and clients with no measured class in their set, are left out; NaN if none)."""
+    vals = [np.nanmean(class_acc[k, s]) for k, s in enumerate(sets) if len(s) and not np.isnan(class_acc[k, s]).all()]
+    return float(np.mean(vals)) if vals else float("nan")
+
+
 def head_tail_accuracy(counts: np.ndarray, class_acc: np.ndarray) -> dict:
     """Fig. 2 diagnostics from [K, C] train counts and [K, C] per-class test accuracies (mean over clients):
     ``head_acc`` / ``tail_acc`` over each client's local head / tail classes (its present classes split in
@@ -144,15 +185,12 @@ def head_tail_accuracy(counts: np.ndarray, class_acc: np.ndarray) -> dict:
     rank = np.argsort(-counts.sum(0), kind="stable")
     global_head = np.zeros(C, bool)
     global_head[rank[: -(-C // 2)]] = True
-    parts = {"head_acc": [], "tail_acc": [], "global_head_acc": [], "global_tail_acc": []}
-    for k in range(len(counts)):
-        head, tail = expert_groups(counts[k], 2)
-        present = counts[k] > 0
-        for key, cls in (("head_acc", head), ("tail_acc", tail), ("global_head_acc", np.flatnonzero(present & global_head)),
-                         ("global_tail_acc", np.flatnonzero(present & ~global_head))):
-            if len(cls):
-                parts[key].append(class_acc[k, cls].mean())
-    return {k: float(np.mean(v)) if v else float("nan") for k, v in parts.items()}
+    halves = [expert_groups(c, 2) for c in counts]
+    present = counts > 0
+    return {"head_acc": class_set_accuracy(class_acc, [h[0] for h in halves]),
+            "tail_acc": class_set_accuracy(class_acc, [h[1] for h in halves]),
+            "global_head_acc": class_set_accuracy(class_acc, [np.flatnonzero(p & global_head) for p in present]),
+            "global_tail_acc": class_set_accuracy(class_acc, [np.flatnonzero(p & ~global_head) for p in present])}
 
 
 # ---------------------------------------------------------------------------- the two-phase skeleton
@@ -221,23 +259,21 @@ class OneShotPersonalization(Algorithm):
         """Build ``self.components`` (and ``self.mix``) for all K clients; return diagnostics."""
         raise NotImplementedError
 
-    def phase_two_train(self, t: int, params: Stack, buffers: Stack, base_buffers: Stack, *, purpose: str,
-                        trainable: list[str], opt=None, **kw) -> tuple[Stack, Stack]:
-        """One phase-II ``local_train`` of all K clients stacked; frozen layers keep ``base_buffers``."""
-        res = self.local_train(t, torch.arange(self.K), params, buffers, trainable=trainable, epochs=self.phase2_epochs,
-                               opt=opt or self.opt.replace(lr=self.phase2_lr), batch_size=self.phase2_batch_size,
-                               purpose=purpose, augment=self.phase2_augment, persistent_state=False, **kw)
-        return res.params, self.frozen_buffers(res.buffers, base_buffers, trainable)
+    def phase_two_train(self, t: int, params: Stack, buffers: Stack, base_buffers: Stack | None = None, *, purpose: str,
+                        trainable: list[str], clients=None, opt=None, loss=cross_entropy, **kw) -> tuple[Stack, Stack]:
+        """One phase-II ``local_train`` of ``clients`` (default: all K) stacked.
 
-    def frozen_buffers(self, trained: Stack, base: Stack, trainable) -> Stack:
-        """``frozen_bn=global`` [REC]: BatchNorm statistics of modules with no trainable parameter stay the
-        phase-I model's (ECL §3: the experts share the frozen lower backbone); ``local``: keep the statistics
-        the frozen layers accumulated in train mode during phase II (PyTorch's ``requires_grad=False``)."""
-        if self.frozen_bn == "local":
-            return trained
-        modules = {n.rsplit(".", 1)[0] for n in trainable}
-        return {k: v if k.rsplit(".", 1)[0] in modules else base[k].unsqueeze(0).expand_as(v).clone()
-                for k, v in trained.items()}
+        ``frozen_bn=global`` (ECL §3.2 "we freeze the backbone network parameters"): every layer with no trainable
+        parameter runs in eval mode, so a frozen BatchNorm normalises with the phase-I statistics and keeps them
+        (they stay ``base_buffers``); ``local`` (FedAFA's code): the net in train mode, frozen layers only get no
+        gradient — batch statistics in the forward pass, running statistics following the local data."""
+        if self.frozen_bn == "global":
+            loss = frozen_in_eval_mode(loss, frozen_modules(self.fm, trainable))
+        clients = torch.arange(self.K) if clients is None else torch.as_tensor(clients, dtype=torch.long)
+        res = self.local_train(t, clients, params, buffers, trainable=trainable, epochs=self.phase2_epochs,
+                               opt=opt or self.opt.replace(lr=self.phase2_lr), batch_size=self.phase2_batch_size,
+                               purpose=purpose, augment=self.phase2_augment, persistent_state=False, loss=loss, **kw)
+        return res.params, res.buffers
 
     def client_counts(self) -> torch.Tensor:
         x = self.data.x
@@ -304,26 +340,47 @@ class OneShotPersonalization(Algorithm):
         y = self.data.y[self.data.tensor(ids_np)]
         for j in range(len(zs)):
             c, n = confusion_counts(z[j], y, self.data.num_classes)
-            self.component_class_acc[k, j] = np.divide(c, n, out=np.full(len(c), np.nan), where=n > 0)
+            used = bool(self.mix[k, j].any())      # a component with weight 0 everywhere (an empty expert): NaN
+            self.component_class_acc[k, j] = np.divide(c, n, out=np.full(len(c), np.nan), where=(n > 0) & used)
         return combine_logits(z, self.mix[k].to(z.dtype))
 
-    # ---- summary ----------------------------------------------------------------------------------
-    def finish(self, run_dir) -> dict:
-        """Head/tail class accuracy of the final personalized predictors (Fig. 2), per-component accuracy."""
-        last = self.run.evaluator.last
-        if "pers_client_class_acc" not in last:
-            return {}
+    # ---- per-class diagnostics and summary -------------------------------------------------------------
+    component_names: tuple[str, ...] = ()   # a mixture's components (ECL: calibrated, expert1..M)
+    last_class_metrics: dict | None = None
+
+    def class_acc_metrics(self, class_acc: np.ndarray) -> dict:
+        """The evaluator's hook, with the [K, C] per-class accuracy of the predictors (NaN = no test sample):
+        head/tail accuracies (Fig. 2, :func:`head_tail_accuracy`) of the predictor (``lt/head_acc`` …) and, for
+        a mixture, of each component alone (``lt/<component>/head_acc``, ``…/tail_acc``); the predictor's and each
+        component's accuracy over each expert's class group (``lt/group<m>_acc``, ``lt/<component>/group<m>_acc``)."""
         counts = self.data.counts
-        out = {f"lt/{k}": v for k, v in head_tail_accuracy(counts, last["pers_client_class_acc"]).items()}
+        out = {f"lt/{k}": v for k, v in head_tail_accuracy(counts, class_acc).items()}
+        if self.mix is not None and self.component_class_acc is not None:
+            groups = self.class_groups()
+            M = len(groups[0])
+            for j, name in enumerate(self.component_names):
+                acc = self.component_class_acc[:, j]
+                out.update({f"lt/{name}/{k}": v for k, v in head_tail_accuracy(counts, acc).items() if not k.startswith("global")})
+                out.update({f"lt/{name}/group{m + 1}_acc": class_set_accuracy(acc, [g[m] for g in groups]) for m in range(M)})
+            out.update({f"lt/group{m + 1}_acc": class_set_accuracy(class_acc, [g[m] for g in groups]) for m in range(M)})
+        self.last_class_metrics = out
+        return out
+
+    def class_groups(self) -> list[list[np.ndarray]]:
+        """Per client, the class groups whose accuracies :meth:`class_acc_metrics` reports (a mixture's)."""
+        raise NotImplementedError
+
+    def finish(self, run_dir) -> dict:
+        """The last evaluation's :meth:`class_acc_metrics` (also in the metrics, round T); each component's
+        accuracy over the present classes; ``diagnostics/component_class_acc.npy`` [K, J, C]."""
+        out = dict(self.last_class_metrics or {})
         if self.component_class_acc is not None and self.components is not None:
             acc = self.component_class_acc
             d = self.run.run_dir / "diagnostics"
             d.mkdir(parents=True, exist_ok=True)
             np.save(d / "component_class_acc.npy", acc)
-            present = counts > 0
-            out["lt/component_acc_present_classes"] = [
-                float(np.nanmean([np.nanmean(acc[k, j, present[k]]) for k in range(self.K) if present[k].any()]))
-                for j in range(acc.shape[1])]
+            present = [np.flatnonzero(c > 0) for c in self.data.counts]
+            out["lt/component_acc_present_classes"] = [class_set_accuracy(acc[:, j], present) for j in range(acc.shape[1])]
         return out
 
     # ---- state ----------------------------------------------------------------------------------
@@ -343,11 +400,14 @@ class ECL(OneShotPersonalization):
 
     1. data grouping: present classes by descending n_k^c into C_1 … C_M (:func:`expert_groups`);
     2. calibrated global model w_k^T: w^T with only the classifier trained, Balanced Softmax CE on D_k (Eq. 3);
-    3. experts v_k^m from w^T: m < M trains the last block + classifier with CE on {(x, y) ∈ D_k : y ∈ C_m}
-       (Eq. 4); the tail expert M trains only the classifier with class-balanced sampling of C_M's samples;
+    3. experts v_k^m from w^T (frozen layers in eval mode): an expert before the tail trains the last block +
+       classifier with CE on {(x, y) ∈ D_k : y ∈ C_m} (Eq. 4); the tail expert — the last non-empty group,
+       "usually the M-th" (§3.2) — trains only the classifier with class-balanced sampling of its samples;
+       an empty group has no expert;
     4. inference (Eqs. 5–6): o^c = λ·(‖u_m‖²/‖u_0‖²)·z_m^c + (1−λ)·z_0^c with m the expert owning c.
 
-    Executor calls: M + 1 (the calibrated model, then one per expert), each with all K clients stacked.
+    Executor calls: 1 (calibrated) + per expert position one call for the clients whose tail it is and one for
+    the others (each with those clients stacked; a call with no client is skipped).
     """
 
     name = "ecl"
@@ -355,7 +415,8 @@ class ECL(OneShotPersonalization):
 
     def check_phase_two(self):
         self.num_experts = int(self.checked_hp("num_experts", int_at_least(1)))              # M
-        self.lam = float(self.checked_hp("lam", number(0, 1)))                               # λ, Eq. 6
+        self.lam = float(self.checked_hp("mix_lambda", number(0, 1)))                        # λ, Eq. 6
+        self.component_names = ("calibrated", *(f"expert{m + 1}" for m in range(self.num_experts)))
         self.scaling = self.checked_hp("logit_scaling", one_of("norm", "class_norm", "none"))  # Eq. 5 / Table 3
         self.grouping = self.checked_hp("grouping", one_of("ceil", "even"))
         self.classifier = self.fm.names("classifier")
@@ -371,36 +432,57 @@ class ECL(OneShotPersonalization):
     def personalized_names(self):
         return self.expert_layers
 
+    def class_groups(self):
+        return [expert_groups(c, self.num_experts, self.grouping) for c in self.data.counts]
+
     def personalize(self, t, w, bn):
         K, M, C = self.K, self.num_experts, self.data.num_classes
         # Eq. 3: the calibrated global model w_k^T (classifier only, BSCE with the client's counts)
         calibrated = self.phase_two_train(t, broadcast(w, K), broadcast(bn, K), bn, purpose="ecl_calibrate",
                                           trainable=self.classifier, loss=bsce_loss, ctx={"class_counts": self.client_counts()})
-        # data grouping, then Eq. 4 for expert m = 1..M (all clients stacked per expert)
-        groups = [expert_groups(self.data.counts[k], M, self.grouping) for k in range(K)]
+        # data grouping, then Eq. 4 for expert m = 1..M: per client, the tail expert is its last non-empty group
+        # (classifier only, class-balanced sampling), the experts before it train the last block + classifier, and
+        # an empty group has no expert (its rows stay w^T, weight 0 in Eq. 6). Clients stacked per (expert, role).
+        groups = self.class_groups()
+        tails = [tail_expert(g) for g in groups]
+        active = torch.tensor([[len(g[m]) > 0 for m in range(M)] for g in groups])          # [K, M]
         experts = []
         for m in range(M):
-            tail = m == M - 1
-            idx = [tr[np.isin(self.labels[tr], groups[k][m])] for k, tr in enumerate(self.data.train_idx)]
-            experts.append(self.phase_two_train(
-                t, broadcast(w, K), broadcast(bn, K), bn, purpose=f"ecl_expert{m + 1}", indices=idx,
-                trainable=self.classifier if tail else self.expert_layers,
-                sample_weights=[class_balanced_weights(self.labels[i]) for i in idx] if tail else None))
-        # Eqs. 5-6: per-class mixing weights of (calibrated, expert 1..M)
+            P, B = broadcast(w, K), broadcast(bn, K)
+            for tail in (False, True):
+                sel = [k for k in range(K) if active[k, m] and (tails[k] == m) == tail]
+                if not sel:
+                    continue
+                idx = [self.data.train_idx[k][np.isin(self.labels[self.data.train_idx[k]], groups[k][m])] for k in sel]
+                Pm, Bm = self.phase_two_train(
+                    t, broadcast(w, len(sel)), broadcast(bn, len(sel)), bn, clients=sel, purpose=f"ecl_expert{m + 1}",
+                    indices=idx, trainable=self.classifier if tail else self.expert_layers,
+                    sample_weights=[class_balanced_weights(self.labels[i]) for i in idx] if tail else None)
+                set_rows(P, sel, Pm)
+                set_rows(B, sel, Bm)
+            experts.append((P, B))
+        # Eqs. 5-6: per-class mixing weights of (calibrated, expert 1..M); an empty expert has no scale (0)
         weight, _ = classifier_names(self.fm)
         scales = logit_scales(calibrated[0][weight], torch.stack([e[0][weight] for e in experts]), self.scaling)
+        scales = scales * active.to(scales.device, scales.dtype).unsqueeze(-1)
         self.owner = expert_of_class(groups, C)
         self.mix = mixing_weights(self.owner.to(scales.device), scales, self.lam)
         self.components = [calibrated, *experts]
+        used = scales[:, :, 0] if self.scaling != "class_norm" else scales.mean(-1)
         self.publish_matrix("ecl_expert_of_class", t, self.owner, xlabel="class", ylabel="client",
                             title="ECL: expert owning each class (0 = absent)")
-        self.publish_matrix("ecl_logit_scale", t, scales[:, :, 0] if self.scaling != "class_norm" else scales.mean(-1),
-                            xlabel="expert", ylabel="client", title="ECL Eq. 5 scale ‖u_m‖²/‖u_0‖²")
-        used = scales[:, :, 0] if self.scaling != "class_norm" else scales.mean(-1)
-        return {**{f"ecl/scale_expert{m + 1}": float(used[:, m].mean()) for m in range(M)},
-                **{f"ecl/classes_expert{m + 1}": float(np.mean([len(g[m]) for g in groups])) for m in range(M)}}
+        self.publish_matrix("ecl_logit_scale", t, used, xlabel="expert", ylabel="client",
+                            title="ECL Eq. 5 scale ‖u_m‖²/‖u_0‖² (0 = no expert)")
+        sizes = torch.tensor([[len(g[m]) for m in range(M)] for g in groups], dtype=torch.float64)
+
+        def over_clients_with(m: int, v: torch.Tensor) -> float:   # mean over the clients that have an expert m
+            return float(v[active[:, m]].mean()) if active[:, m].any() else float("nan")
+
+        return {**{f"ecl/scale_expert{m + 1}": over_clients_with(m, used[:, m].cpu()) for m in range(M)},
+                **{f"ecl/classes_expert{m + 1}": over_clients_with(m, sizes[:, m]) for m in range(M)},
+                **{f"ecl/clients_expert{m + 1}": int(active[:, m].sum()) for m in range(M)}}
 
 
-__all__ = ["ECL", "OneShotPersonalization", "expert_groups", "expert_of_class", "logit_scales", "mixing_weights",
-           "combine_logits", "class_balanced_weights", "bsce_loss", "head_tail_accuracy", "run_children", "upper_logits",
-           "classifier_names"]
+__all__ = ["ECL", "OneShotPersonalization", "expert_groups", "tail_expert", "expert_of_class", "logit_scales",
+           "mixing_weights", "combine_logits", "class_balanced_weights", "bsce_loss", "class_set_accuracy",
+           "head_tail_accuracy", "run_children", "upper_logits", "classifier_names", "frozen_modules", "frozen_in_eval_mode"]
