@@ -1,0 +1,1 @@
+"""Reference oracles (issue 24): a package, so these modules do not clash with tests/test_<method>.py."""
