@@ -1,15 +1,21 @@
 """pFedLA (Ma, Zhang, Guo, Xu, CVPR 2022): layer-wised personalized aggregation by per-client hypernetworks.
 
-Spec baselines.md (pFedLA row). No official code; hyperparameters and the hypernetwork follow the public
-re-implementation ``KarhouTam/pFedLA`` (which follows the paper). Round t, client i (§3, Fig. 2):
+Spec baselines.md (pFedLA row). The authors released no code; the hypernetwork, its initialisation, the
+hyperparameters and the update follow the public re-implementation ``KarhouTam/pFedLA`` (its README: "not the
+official repo") and the same author's FL-bench ``pfedla``. Round t, client i (§3, Fig. 2):
 
 1. the server's hypernetwork HN_i(v_i; φ_i) (embedding v_i -> 3-layer ReLU MLP -> one linear map per layer l)
    gives non-negative weights α_i^l ∈ R^N, normalised to sum 1 per layer (§3.2);
 2. personalized model, layer by layer: θ̄_i^l = Σ_j α_{ij}^l θ_j^l over the stored models θ_j of ALL N
    clients (Eq. 3); the client trains it with CE (E epochs) and uploads Δθ_i = θ_i' − θ̄_i;
-3. server (§3.3): θ_i ← θ̄_i + Δθ_i, and the hypernetwork takes one gradient step through θ̄_i(φ_i):
-   φ_i ← φ_i − η_hn (∂θ̄_i/∂φ_i)^T (θ̄_i − θ_i')  — pFedHN's first-order rule (descent on the local loss,
-   as in pFedHN's official code ``grad_outputs = inner_state − final_state``).
+3. server (§3.3): θ_i ← θ̄_i + Δθ_i, and the hypernetwork takes one step through θ̄_i(φ_i):
+   ``hn_update=pfedla_code`` (default): φ_i ← φ_i − η_hn (∂θ̄_i/∂φ_i)^T Δθ_i, the update of both public pFedLA
+   codes (KarhouTam/pFedLA: ``grad_outputs = diff``, diff = trained − start, then ``param -= hn_lr * grad``;
+   FL-bench: ``grad_outputs = -diff`` with diff = start − trained, then SGD), i.e. Δθ_i used in place of
+   ∇_θ̄ L_i. ``pfedhn``: φ_i ← φ_i − η_hn (∂θ̄_i/∂φ_i)^T (θ̄_i − θ_i'), pFedHN's official rule
+   (``grad_outputs = inner_state − final_state``). Since Δθ_i ≈ −η Σ∇L, ``pfedhn`` descends the local loss to
+   first order and ``pfedla_code`` ascends it; the codes' sign is the default because they are the public
+   implementations that ECL's Table 1 (the only seed table with pFedLA; ECL gives no code) most likely ran.
 Optional HeurpFedLA (§3.4): the ``retain_layers`` layers with the largest self-weight α_ii^l keep θ_i^l.
 
 Round-synchronous: all clients of a round mix the models stored at the start of the round. BatchNorm
@@ -23,7 +29,7 @@ import torch
 from torch.func import grad, vmap
 
 from .. import seeding
-from ..config import int_at_least, number
+from ..config import int_at_least, number, one_of
 from ..engine.stack import Stack, broadcast, rows, set_rows
 from . import register
 from .base import Algorithm
@@ -83,6 +89,8 @@ class PFedLA(Algorithm):
         for key, check in (("embedding_dim", int_at_least(1)), ("hidden_dim", int_at_least(1)),
                            ("hn_lr", number(0, lo_open=True)), ("retain_layers", int_at_least(0))):
             self.checked_hp(key, check)
+        # sign of Δθ_i in the hypernetwork step: the pFedLA codes' (−) or pFedHN's (+, descent on the local loss)
+        self.hn_sign = {"pfedla_code": -1.0, "pfedhn": 1.0}[self.checked_hp("hn_update", one_of("pfedla_code", "pfedhn"))]
         w, bn = self.initial_model()
         self.P, self.B = broadcast(w, self.K), broadcast(bn, self.K)
         self.layers = param_layers(self.fm.param_names)
@@ -101,17 +109,19 @@ class PFedLA(Algorithm):
             alpha = self.alphas(clients)
             start = layerwise_mix(self.P, alpha, self.layers)                    # θ̄_i (Eq. 3)
         res = self.local_train(t, clients, start, rows(self.B, clients))
-        self.update_hypernetworks(clients, {n: start[n] - res.params[n] for n in start})
+        self.update_hypernetworks(clients, {n: res.params[n] - start[n] for n in start})   # Δθ_i = θ_i' − θ̄_i
         set_rows(self.P, clients, res.params)                                   # θ_i ← θ̄_i + Δθ_i
         set_rows(self.B, clients, res.buffers)
         return {"train/loss": res.loss.mean().item(),
                 "pfedla/self_weight": float(alpha[torch.arange(len(clients)), :, clients.long()].mean())}
 
-    def update_hypernetworks(self, clients, g: Stack) -> None:
-        """φ_i ← φ_i − η_hn ∇_φ ⟨θ̄_i(φ_i), g_i⟩ with g_i = θ̄_i − θ_i' (§3.3). ⟨θ̄_i^l, g^l⟩ is linear in α_i:
-        its coefficients G[i, l, j] = ⟨θ_j^l, g_i^l⟩ (stored models at the round's start), so the vector-Jacobian
-        product is the gradient of Σ_{l,j} α[i, l, j] G[i, l, j] — exact, batched over the clients."""
+    def update_hypernetworks(self, clients, delta: Stack) -> None:
+        """φ_i ← φ_i − η_hn ∇_φ ⟨θ̄_i(φ_i), g_i⟩ (§3.3) with g_i = Δθ_i = θ_i' − θ̄_i (``pfedla_code``) or −Δθ_i
+        (``pfedhn``). ⟨θ̄_i^l, g^l⟩ is linear in α_i: its coefficients G[i, l, j] = ⟨θ_j^l, g_i^l⟩ (stored models
+        at the round's start), so the vector-Jacobian product is the gradient of Σ_{l,j} α[i, l, j] G[i, l, j] —
+        exact, batched over the clients."""
         m = len(clients)
+        g = {n: -self.hn_sign * d for n, d in delta.items()}
         G = torch.zeros(m, len(self.layers), self.K, dtype=self.data.x.dtype, device=self.data.x.device)
         for l, names in enumerate(self.layers):
             for n in names:
