@@ -211,3 +211,34 @@ def test_plain_op_batch_norm_equals_the_fused_kernel(shape):
         with torch.no_grad():
             ref.weight.copy_(fused.weight)
         assert torch.allclose(ref(x), out[0], atol=1e-12)
+
+
+def test_modulator_context_is_the_batch_mean_of_the_per_sample_embeddings():
+    """Paper §4.1: (A) per-sample h(x_b), (B) their MEAN over the batch, (C) the MLP. A batch and the same batch
+    twice give the same gates (a mean; a sum would double), and the gates equal (C)(mean_b (A)(x_b))."""
+    net = _net()
+    mod = net.body.modulator
+    x = torch.randn(5, 1, 8, 8, dtype=torch.float64)
+    once, twice = net.body.gates(x), net.body.gates(torch.cat([x, x]))
+    for a, b in zip(once, twice):
+        assert torch.allclose(a, b, atol=1e-10, rtol=0)
+    per_sample = mod.per_sample(mod.features(x))                    # (A): [B, 8]
+    by_hand = mod.mlp(per_sample.sum(0) / len(x))                   # (B) mean, then (C)
+    assert torch.allclose(torch.cat(once), by_hand, atol=1e-12, rtol=0)
+    assert not torch.allclose(by_hand, mod.mlp(per_sample.sum(0)), atol=1e-6)   # the test can tell a sum
+
+
+def test_server_mean_is_unweighted_over_clients_of_different_sizes(tmp_path):
+    """Alg. 1 line 11 (code aggregate_model_params): ω ← (1/M) Σ ω_i', not weighted by n_i, checked on two
+    clients whose training sets differ in size (a size-weighted mean would move ω toward the larger one)."""
+    S, O, alpha, beta = 2, 2, 0.3, 0.05
+    run = _run(tmp_path, f"algorithm.inner_steps={S}", f"algorithm.outer_batches={O}", f"algorithm.inner_lr={alpha}",
+               f"algorithm.outer_lr={beta}", "algorithm.outer_optimizer=sgd")
+    sizes = [len(i) for i in run.data.train_idx]
+    a, b = int(torch.tensor(sizes).argmax()), int(torch.tensor(sizes).argmin())
+    assert sizes[a] >= 1.3 * sizes[b]                                 # really different sizes
+    ua, _ = _hand_update(run, a, S, O, alpha, beta, True)
+    ub, _ = _hand_update(run, b, S, O, alpha, beta, True)
+    run.algorithm.round(1, torch.tensor([a, b]))
+    for n in ua:
+        assert torch.allclose(run.algorithm.w[n], (ua[n] + ub[n]) / 2, atol=1e-10, rtol=0), n

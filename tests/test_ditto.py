@@ -75,3 +75,66 @@ def test_sequential_equals_vectorized(tmp_path):
 def test_bad_hyperparameters_fail_in_setup(tmp_path, key, value):
     with pytest.raises(ConfigError, match=f"algorithm.{key}"):
         _run(tmp_path, f"algorithm.{key}={value}")
+
+
+def test_global_model_is_fedavg_of_the_global_copies_not_of_the_personal_models(tmp_path):
+    """Ditto Alg. 1: w^{t+1} = sum_k n_k w_k^t / sum n_k over the GLOBAL copies, which train exactly like FedAvg's
+    clients (same solver, same batches) — so after two rounds Ditto's w equals FedAvg's w, while the personal
+    models (pulled toward w^t with lambda = 0.5) are elsewhere. Client sizes differ, so weighting matters too."""
+    out = {}
+    for name, extra in (("ditto", ["algorithm.lam=0.5"]), ("fedavg", [])):
+        run = Run(make_cfg(f"algorithm={name}", *FP64, "rounds=2", *extra), tmp_path / name)
+        run.execute()
+        out[name] = run.algorithm
+    d, f = out["ditto"], out["fedavg"]
+    assert len({len(i) for i in d.data.train_idx}) > 1                       # unequal n_k
+    for k in d.w:
+        assert torch.allclose(d.w[k], f.w[k], atol=1e-12, rtol=0), k
+    assert not torch.allclose(d.V["head.0.weight"].mean(0), d.w["head.0.weight"], atol=1e-4)
+
+
+def _adam_copy(run, k, w, steps, lr):
+    """CAFeMe code's Ditto global copy by hand: ``steps`` torch.optim.Adam steps (fresh state) on the client's
+    consecutive mini-batches (the run's train schedule of round 1), from the global model ``w``."""
+    fm, data = run.fm, run.data
+    sched = make_schedule([data.train_idx[k]], [k], int(run.cfg.batch_size), run.algorithm.seed, "train", 1, steps=steps,
+                          drop_last=bool(run.cfg.drop_last))[0]
+    p = {n: v.clone().requires_grad_(True) for n, v in w.items()}
+    opt = torch.optim.Adam(list(p.values()), lr=lr)
+    for b in sched:
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(fm(p, run.algorithm.bn, data.x[b]), data.y[b]).backward()
+        opt.step()
+    return {n: v.detach() for n, v in p.items()}
+
+
+def test_caf_variant_global_copies_take_five_adam_steps_and_are_averaged_unweighted(tmp_path):
+    """algorithm=ditto_caf (CAFeMe code's Ditto, Table 1/2 row): each global copy takes 5 Adam steps (lr 0.001) on
+    5 mini-batches, the server averages them unweighted (code aggregate_model_params); lambda = 0.1, 5 personal
+    steps; every client keeps its Adam state across rounds. Two clients of different sizes, by hand."""
+    run = Run(make_cfg("algorithm=ditto_caf", *FP64, "lr=0.01", "optim.momentum=0.0"), tmp_path)
+    run.setup()
+    algo = run.algorithm
+    hp = algo.hp
+    assert (hp.lam, hp.personal_steps, hp.global_steps, hp.global_optimizer, hp.global_lr, hp.aggregate) == \
+        (0.1, 5, 5, "adam", 0.001, "uniform")
+    sizes = [len(i) for i in run.data.train_idx]
+    a, b = max(range(10), key=sizes.__getitem__), min(range(10), key=sizes.__getitem__)
+    assert sizes[a] > sizes[b]
+    w0 = {n: v.clone() for n, v in algo.w.items()}
+    wa, wb = _adam_copy(run, a, w0, 5, 0.001), _adam_copy(run, b, w0, 5, 0.001)
+    algo.round(1, torch.tensor([a, b]))
+    for n in wa:
+        assert torch.allclose(algo.w[n], (wa[n] + wb[n]) / 2, atol=1e-10, rtol=0), n
+    steps = algo.opt_state["step"]
+    assert steps[a] == 5 and steps[b] == 5 and steps.sum() == 10
+    algo.round(2, torch.tensor([a]))
+    assert steps[a] == 10 and steps[b] == 5
+
+
+def test_default_ditto_keeps_the_runs_solver_and_weighted_mean(tmp_path):
+    """Plain algorithm=ditto (FedCOM / ECL tables) is unchanged: the global copy uses the run's optimizer for
+    local_epochs, the server mean is n_k-weighted, lambda = 0.01."""
+    run = _run(tmp_path)
+    hp = run.algorithm.hp
+    assert (hp.lam, hp.global_steps, hp.global_optimizer, hp.aggregate) == (0.01, None, None, "weighted")

@@ -76,7 +76,8 @@ def group_tables(runs: list[RunRecord], metric: str | None = None) -> list[Table
     groups: dict = {}
     for r in runs:
         spec = r.config.get("table") if isinstance(r.config.get("table"), dict) else fallback
-        groups.setdefault((str(spec.get("paper")), str(spec.get("id")), str(spec.get("title"))), []).append((r, spec))
+        for s in [spec, *_also(r, spec)]:
+            groups.setdefault((str(s.get("paper")), str(s.get("id")), str(s.get("title"))), []).append((r, s))
     by_id: dict = {}
     for (paper, tid, _), members in groups.items():
         by_id.setdefault((paper, tid), []).append(members)
@@ -93,6 +94,19 @@ def group_tables(runs: list[RunRecord], metric: str | None = None) -> list[Table
         else:
             tables.append(Table(specs[0], parts[0]))
     return tables
+
+
+def _also(run: RunRecord, spec: dict) -> list[dict]:
+    """More tables from the same runs (a table node's ``also:`` list, e.g. CAFeMe Fig. 4 from the Table 1 runs);
+    ``split: <key>`` makes one table per value of that config key (``<id>_<value>``, title ``... — <value>``)."""
+    out = []
+    for extra in spec.get("also") or []:
+        s = {"paper": spec.get("paper"), **extra}
+        if s.get("split"):
+            v = run.key(str(s["split"]))
+            s.update(id=f"{s.get('id')}_{_slug(str(v))}", title=f"{s.get('title', '')} — {v}")
+        out.append(s)
+    return out
 
 
 def _merge(specs: list[dict]) -> dict:
