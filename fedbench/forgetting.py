@@ -89,6 +89,28 @@ def draw_forgetting(tau, groups, path, title: str):
     return path
 
 
+def draw_trace(rows: np.ndarray, path):
+    """FedKA Fig. 3: τ of each scheduled (client, class) over the rounds, with its number of samples."""
+    import matplotlib.pyplot as plt
+
+    from . import plots  # noqa: F401  (selects the Agg backend)
+
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    right = ax.twinx()
+    for k, c in sorted({(int(r[1]), int(r[2])) for r in rows}):
+        sel = rows[(rows[:, 1] == k) & (rows[:, 2] == c)]
+        line, = ax.plot(sel[:, 0], sel[:, 4], marker=".", label=f"client {k}, class {c}: τ")
+        right.step(sel[:, 0], sel[:, 3], where="post", ls="--", color=line.get_color(), alpha=0.6)
+    ax.set_xlabel("round")
+    ax.set_ylabel("forgetting degree τ")
+    right.set_ylabel("samples (dashed)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 class ForgettingMonitor:
     """Per-round τ for every participating client × class; τ per class type (:func:`group_forgetting`) as
     metrics (``forgetting/dominant|non_dominant|missing``), the [K, C] matrix (NaN rows = clients that did
@@ -107,10 +129,32 @@ class ForgettingMonitor:
         self.run = run
         self.every, self.draw_every = int(cfg.every), int(cfg.draw_every)
         self.xi = float(cfg.xi)
-        self.groups = class_groups(run.data.counts, float(cfg.gamma))
+        self.gamma = float(cfg.gamma)
+        self.groups = class_groups(run.data.counts, self.gamma)
         self.rounds = int(run.cfg.rounds)
         self.dir = run.run_dir / "diagnostics" / "forgetting"
         self.global_start = None
+
+    def write_trace(self, schedule, t: int, draw: bool) -> None:
+        """``trace.csv`` (round, client, class, samples, τ) of the scheduled cells over the rounds computed so far,
+        rebuilt from the saved matrices (so a resumed run writes the same file); ``trace.png`` when ``draw``."""
+        rows = []
+        for r in range(1, t + 1):
+            f = self.dir / f"round_{r:05d}.npy"
+            if f.exists():
+                tau = np.load(f)
+                rows += [[r, k, c, schedule.size(k, c, r), tau[k, c]] for k, c in sorted(schedule.order)]
+        rows = np.array(rows, dtype=np.float64).reshape(-1, 5)
+        np.savetxt(self.dir / "trace.csv", rows, fmt=["%d", "%d", "%d", "%d", "%.10g"], delimiter=",",
+                   header="round,client,class,samples,tau", comments="")
+        if draw and len(rows):
+            self.run.image("forgetting_trace", draw_trace(rows, self.dir / "trace.png"), t)
+
+    def data_changed(self, t: int) -> None:
+        """The clients' data changed before round t (data schedule): regroup the classes, keep the new grouping."""
+        self.groups = class_groups(self.run.data.counts, self.gamma)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        np.save(self.dir / f"class_groups_round_{t:05d}.npy", self.groups)
 
     def due(self, t: int) -> bool:
         return t % self.every == 0 or t == self.rounds
@@ -150,11 +194,14 @@ class ForgettingMonitor:
         np.save(self.dir / f"round_{t:05d}.npy", tau)
         if not (self.dir / "class_groups.npy").exists():
             np.save(self.dir / "class_groups.npy", self.groups)
-        if self.draw_every and (t % self.draw_every == 0 or t == self.rounds):
+        draw = self.draw_every and (t % self.draw_every == 0 or t == self.rounds)
+        if draw:
             png = draw_forgetting(tau, self.groups, self.dir / f"round_{t:05d}.png", f"forgetting degree τ, round {t}")
             self.run.image("forgetting", png, t)
+        if getattr(self.run, "data_schedule", None) is not None:   # Fig. 3: τ of the shrinking classes over rounds
+            self.write_trace(self.run.data_schedule, t, draw=t == self.rounds)
         return {f"forgetting/{k}": v for k, v in group_forgetting(acc_g, acc_l, self.groups, self.xi).items()}
 
 
 __all__ = ["DOMINANT", "NON_DOMINANT", "MISSING", "GROUP_NAMES", "class_groups", "forgetting_degree", "group_forgetting",
-           "draw_forgetting", "ForgettingMonitor"]
+           "draw_forgetting", "draw_trace", "ForgettingMonitor"]

@@ -25,6 +25,7 @@ from .config import validate
 from .data.datasets import load_dataset
 from .data.federated import FederatedData
 from .data.partitions import make_partition
+from .data.schedule import DataSchedule
 from .engine.augment import build_augment
 from .engine.executor import make_executor
 from .engine.functional import FModel
@@ -104,6 +105,8 @@ class Run:
         part = make_partition(cfg.partition, dataset.y.numpy(), dataset.n_train, dataset.num_classes, int(cfg.clients),
                               seeding.rng(cfg.seed, "partition"))
         self.data = FederatedData.build(dataset, part, self.device, self.dtype, pin_memory=bool(hw.pin_memory))
+        # a class shrinking on a client mid-run (FedKA Fig. 3; fedbench/data/schedule.py); off unless data_schedule is set
+        self.data_schedule = DataSchedule.from_cfg(cfg, self.data)
         # held-out new clients (CAFeMe §5): never sampled for training, fine-tuned and scored after it; off by default
         self.new_clients = NewClients(self) if OmegaConf.select(cfg, "eval.new_clients.enabled", default=False) else None
 
@@ -210,11 +213,12 @@ class Run:
 
     def _one_round(self, t: int) -> None:
         cfg = self.cfg
+        scheduled = self.data_schedule.apply(self, t) if self.data_schedule else {}   # round t's client data
         clients = self.sample_clients(t)
         if self.forgetting:   # snapshot the round-start global model θ_g^r
             self.forgetting.before_round(self.algorithm, t)
         tic = time.perf_counter()
-        metrics = self.algorithm.round(t, clients)
+        metrics = {**self.algorithm.round(t, clients), **scheduled}
         metrics["time/round"] = time.perf_counter() - tic
         self.times.append(metrics["time/round"])
         if self.forgetting:   # τ of each trained local model vs θ_g^r (not counted in time/round)

@@ -278,3 +278,27 @@ def test_table2_target_row_is_its_target_round_and_speedup_one(tmp_path):
     assert rep.cells[("fedprox", "Rounds")].other == {"never": 1}
     assert [w for w in rep.warnings() if "FedAvg" in w and "round 3" in w and "seed 0" in w]
     assert not [w for w in rep.warnings() if "seed 1" in w]
+
+
+# ---- issue 16 item 14: Figure 3's experiment configs -------------------------------------------------------------
+
+def test_figure3_configs_shrink_client0s_classes_at_scaled_rounds():
+    """(a) a non-dominant class cut to 5 then 0 samples at rounds 60 / 70, (b) a dominant class cut every 10 rounds from
+    round 50 to ~1 % of client 0's data; FedAvg with the forgetting monitor; rounds scale with `scale`."""
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        a = compose("config", overrides=["+experiment=fedka/figure3", "scale=0.2"])
+        b = compose("config", overrides=["+experiment=fedka/figure3b", "scale=0.2"])
+    GlobalHydra.instance().clear()
+    for cfg in (a, b):
+        validate(cfg)
+        assert cfg.algorithm.name == "fedavg" and cfg.eval.forgetting.enabled and cfg.eval.forgetting.every == 1
+        assert cfg.partition.alpha == 0.1 and cfg.clients == 10 and cfg.model.name == "cnn" and cfg.partition.seed == 0
+    steps = OmegaConf.to_container(a.data_schedule, resolve=True)
+    assert a.rounds == 20 and steps == [{"round": 12, "client": 0, "class": 0, "keep": 5},
+                                        {"round": 14, "client": 0, "class": 0, "keep": 0}]
+    steps = OmegaConf.to_container(b.data_schedule, resolve=True)
+    assert b.rounds == 32 and [s["round"] for s in steps] == list(range(10, 31, 2))
+    assert {(s["client"], s["class"]) for s in steps} == {(0, 1)}
+    keep = [s["keep"] for s in steps]
+    assert keep == sorted(keep, reverse=True) and keep[0] == round(0.11 * 5465) and keep[-1] == round(0.01 * 5465)

@@ -81,13 +81,18 @@ class FedKA(Algorithm):
         self.beta, self.sampling = float(hp.beta), str(hp.sampling)
         C = self.data.num_classes
         labels = self.data.y.cpu().numpy()
-        self.groups = class_groups(self.data.counts, float(hp.gamma))           # C_d / C_n / C_m per client (Def. 1–2)
         self.S = shared_set(labels[: self.data.n_pool_train], C, seeding.rng(self.seed, "fedka_shared_set"))
-        self.kept = torch.as_tensor(self.groups != DOMINANT, dtype=self.data.x.dtype, device=self.data.x.device)  # Φ
         self.slots = min(int(hp.mu), C) if hp.mu is not None else C              # |T_i^r| ≤ min(μ, C)
         self.use = {NON_DOMINANT: hp.anchor_classes in ("both", "non_dominant"),
                     MISSING: hp.anchor_classes in ("both", "missing")}
-        # the client's samples of each of its non-dominant classes (anchor candidates)
+        self.data_changed()
+
+    def data_changed(self):
+        """C_d / C_n / C_m per client (Def. 1–2, Alg. 1 line 2), Φ's kept columns and the non-dominant classes'
+        samples (anchor candidates), from the clients' current data (once; again when a data schedule changes it)."""
+        labels = self.data.y.cpu().numpy()
+        self.groups = class_groups(self.data.counts, float(self.hp.gamma))
+        self.kept = torch.as_tensor(self.groups != DOMINANT, dtype=self.data.x.dtype, device=self.data.x.device)  # Φ
         self.candidates = [{c: idx[labels[idx] == c] for c in np.flatnonzero(self.groups[k] == NON_DOMINANT)}
                            for k, idx in enumerate(self.data.train_idx)]
 
