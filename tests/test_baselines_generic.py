@@ -10,6 +10,7 @@ from fedbench.run import Run
 
 
 @pytest.mark.parametrize("algo,key,bad", [("fedprox", "mu", -1), ("moon", "tau", 0), ("moon", "mu", "a"),
+                                          ("moon", "projection_dim", 0), ("pfedla", "hn_update", "descent"),
                                           ("scaffold", "server_lr", 0), ("scaffold", "weighted_average", "yes"),
                                           ("scaffold", "momentum_corrected_steps", 1), ("feddyn", "alpha", 0),
                                           ("feddyn", "adaptive_alpha", "no"), ("fedntd", "beta", -0.5),

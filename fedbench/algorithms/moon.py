@@ -1,12 +1,17 @@
-"""MOON — model-contrastive federated learning (Li, He, Song, CVPR 2021) — spec baselines.md, MOON row."""
+"""MOON — model-contrastive federated learning (Li, He, Song, CVPR 2021) — spec baselines.md, MOON row;
+official code ``QinbinLi/MOON``."""
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch.func import functional_call
 
-from ..config import number
+from .. import seeding
+from ..config import int_at_least, number
+from ..engine.functional import FModel
 from ..engine.stack import broadcast, rows, set_rows, tagged, untagged
-from ..losses import reference_forward
+from ..errors import ConfigError
+from ..models.base import with_projection_head
 from . import register
 from .fedavg import FedAvg
 
@@ -21,6 +26,27 @@ def model_contrastive(z: torch.Tensor, z_glob: torch.Tensor, z_prev: torch.Tenso
     neg = F.cosine_similarity(z.flatten(1), z_prev.flatten(1), dim=-1)
     logits = torch.stack([pos, neg], dim=1) / tau
     return -F.log_softmax(logits, dim=1)[:, 0].mean()
+
+
+def representation(fm, p, b, x) -> torch.Tensor:
+    """z: the output of everything before the classifier (the final Linear) — body, hidden head layers and, in
+    MOON's model, the projection head (MOON code ``ModelFedCon.forward``'s ``x``; PFLlib's ``model.base``)."""
+    rep = fm.net.head[:-1]
+    n = len(rep)
+    own = lambda d: {k[5:]: v for k, v in d.items() if k.startswith("head.") and int(k.split(".")[1]) < n}   # noqa: E731
+    return functional_call(rep, (own(p), own(b)), (fm.features(p, b, x),))
+
+
+def reference_representation(fm, p, b, x) -> torch.Tensor:
+    """z of a fixed reference model (the global or a previous model): eval mode, no gradient, its BatchNorm
+    statistics untouched — MOON's code runs ``global_net`` and the previous nets in eval mode."""
+    was = fm.net.training
+    fm.set_mode(False)
+    try:
+        with torch.no_grad():
+            return representation(fm, p, b, x).detach()
+    finally:
+        fm.set_mode(was)
 
 
 @register
@@ -41,6 +67,12 @@ class MOON(FedAvg):
     def setup(self):
         self.mu = float(self.checked_hp("mu", number(0)))                    # μ, weight of ℓ_con
         self.tau = float(self.checked_hp("tau", number(0, lo_open=True)))    # τ, temperature
+        proj = self.hp.get("projection_dim")
+        if proj is not None:
+            proj = int(self.checked_hp("projection_dim", int_at_least(1)))
+            if self.run.algorithm is not self:
+                raise ConfigError("algorithm.projection_dim", proj, "null when MOON is the phase one of another method")
+            self.use_projection_head(proj)
         super().setup()
         self.prev_w, self.prev_bn = broadcast(self.w, self.K), broadcast(self.bn, self.K)   # w_k^{t-1}, all clients
 
@@ -54,12 +86,24 @@ class MOON(FedAvg):
         self.w, self.bn = self.aggregate(res.params, clients), self.aggregate(res.buffers, clients)
         return {"train/loss": res.loss.mean().item()}
 
+    def use_projection_head(self, dim: int) -> None:
+        """Replace the run's model by MOON's (:func:`with_projection_head`); the new layers are initialised from
+        their own seed, so the shared layers start exactly as in every other method's run."""
+        run = self.run
+        with torch.random.fork_rng(devices=[]):
+            seeding.seed_everything(self.seed, "moon_projection")
+            net = with_projection_head(self.fm.net, dim)
+        run.fm = self.fm = FModel(net)
+        run.initial_params, run.initial_buffers = self.fm.init_state(run.dtype, run.device)
+
     def loss(self, fm, p, b, x, y, ctx):
-        """MOON Eq. 4 on one batch: CE(head(z), y) + μ·ℓ_con(z, z_glob, z_prev)."""
-        z = fm.features(p, b, x)
-        z_glob = reference_forward(fm, ctx["w_global"], ctx["bn_global"], x, features=True)
-        z_prev = reference_forward(fm, untagged(ctx, "w_prev"), untagged(ctx, "bn_prev"), x, features=True)
-        return F.cross_entropy(fm.head(p, b, z), y) + self.mu * model_contrastive(z, z_glob, z_prev, self.tau)
+        """MOON Eq. 4 on one batch: CE(classifier(z), y) + μ·ℓ_con(z, z_glob, z_prev)."""
+        z = representation(fm, p, b, x)
+        z_glob = reference_representation(fm, ctx["w_global"], ctx["bn_global"], x)
+        z_prev = reference_representation(fm, untagged(ctx, "w_prev"), untagged(ctx, "bn_prev"), x)
+        cls = fm.net.classifier
+        logits = F.linear(z, p[f"{cls}.weight"], p.get(f"{cls}.bias"))
+        return F.cross_entropy(logits, y) + self.mu * model_contrastive(z, z_glob, z_prev, self.tau)
 
 
-__all__ = ["MOON", "model_contrastive"]
+__all__ = ["MOON", "model_contrastive", "representation", "reference_representation"]

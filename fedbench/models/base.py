@@ -56,3 +56,17 @@ def flat_dim(body: nn.Module, input_shape) -> int:
         d = body(torch.zeros(1, *input_shape)).shape[1]
         body.train(was)
     return int(d)
+
+
+def with_projection_head(net: SplitNet, out_dim: int) -> SplitNet:
+    """MOON's model (Li, He, Song, CVPR 2021, §3.2; code ``ModelFedCon``): the features h (everything before the
+    classifier, width d) go through a projection head Linear(d, d) -> ReLU -> Linear(d, ``out_dim``), and a new
+    classifier Linear(``out_dim``, C) reads the projection. The body and the hidden head layers are ``net``'s own
+    modules (their parameters and initial values are unchanged); the new layers draw from torch's global
+    generator (seed it first) and take ``net``'s dtype and device."""
+    *hidden, classifier = list(net.head)
+    d = classifier.in_features
+    ref = next(net.parameters())
+    projection = nn.Sequential(nn.Linear(d, d), nn.ReLU(inplace=True), nn.Linear(d, out_dim))
+    head = nn.Sequential(*hidden, projection, nn.Linear(out_dim, classifier.out_features)).to(ref.device, ref.dtype)
+    return SplitNet(net.body, head, f"head.{len(head) - 1}", net.last_block)
