@@ -42,6 +42,11 @@ def _values(o) -> list[str]:
     return [o.input_line.split("=", 1)[1]]   # as typed, so quoting survives being composed again
 
 
+def _key(o) -> str:
+    """An override's left-hand side as typed: ``+`` if it adds, the key or group, ``@<package>`` if given."""
+    return f"{'+' if o.is_add() else ''}{o.key_or_group}{'@' + o.package if o.package else ''}"
+
+
 def precheck(args: list[str]) -> None:
     """Check the command line's overrides; exit 2 with one line on the first bad one."""
     from hydra import compose, initialize_config_dir
@@ -62,7 +67,7 @@ def precheck(args: list[str]) -> None:
         key = o.key_or_group
         if key.startswith("hydra") or o.is_delete():
             continue
-        if key in GROUPS:
+        if key.split("/")[0] in GROUPS:   # a group, or a group nested in one (experiment/cafeme/column@_global_=...)
             allowed = options(key)
             for v in _values(o):
                 if v not in allowed:
@@ -70,7 +75,7 @@ def precheck(args: list[str]) -> None:
             groups.append(o)
         else:
             keys.append(o)
-    base = [f"{'+' if o.is_add() else ''}{o.key_or_group}={_values(o)[0]}" for o in groups]
+    base = [f"{_key(o)}={_values(o)[0]}" for o in groups]
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         try:
@@ -82,12 +87,12 @@ def precheck(args: list[str]) -> None:
                 fail(f"invalid config: unknown key {o.key_or_group!r} — see `fedbench --cfg job` for the keys "
                      f"(use +{o.key_or_group}=... to add a new one)")
         # vary one override at a time over its sweep values; every resulting config must validate
-        singles = [f"{'+' if o.is_add() else ''}{o.key_or_group}={_values(o)[0]}" for o in keys]
+        singles = [f"{_key(o)}={_values(o)[0]}" for o in keys]
         todo = [base + singles]
         for i, o in enumerate(groups + keys):
             for v in _values(o)[1:]:
                 combo = list(base + singles)
-                combo[i] = f"{'+' if o.is_add() else ''}{o.key_or_group}={v}"
+                combo[i] = f"{_key(o)}={v}"
                 todo.append(combo)
         for combo in todo:
             try:
