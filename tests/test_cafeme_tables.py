@@ -36,8 +36,8 @@ def test_table1_is_one_sweep_over_the_four_columns_with_the_codes_settings():
     columns = SWEEP[COLUMN].split(",")
     assert sorted(columns) == sorted(f"{d}_{p}" for d in ("cifar10", "rmnist") for p in ("shards", "dirichlet"))
     assert SWEEP["seed"] == "0,1,2,3,4"
-    assert set(SWEEP["algorithm"].split(",")) == {"fedavg", "fedavg_ft", "ifca", "ifca_ft", "ditto_caf", "fedrep",
-                                                  "perfedavg", "cafeme"}
+    assert set(SWEEP["algorithm"].split(",")) == {"fedavg", "fedavg_ft", "ifca", "ifca_ft", "ditto_caf", "fedrep_caf",
+                                                  "perfedavg_caf", "cafeme"}
     labels = []
     for col in columns:
         data, part = col.split("_")
@@ -122,7 +122,7 @@ def test_report_prints_the_papers_layout_and_the_fig4_panels_from_the_same_runs(
     assert [c.header for c in rep.columns] == PAPER_COLUMNS
     assert [rep.row_names[r] for r in rep.row_keys] == ["FedAvg", "FedAvg-FT", "IFCA", "IFCA-FT", "Ditto", "FedRep",
                                                         "Per-FedAvg", "CAFeMe"]            # the paper's rows
-    assert rep.cells[("fedrep", "CIFAR-10 Shards")].text() == "not run"
+    assert rep.cells[("fedrep_caf", "CIFAR-10 Shards")].text() == "not run"
     assert rep.header()[:4] == ["Method", "CIFAR-10 Shards", "paper", "Δ"]
     ditto = rep.cells[("ditto_caf", "RMNIST Shards")]            # i = 2, j = 1 (reversed order), seeds 0 and 1
     assert ditto.values == pytest.approx([71.0, 73.0]) and ditto.text() == "72.00 ± 1.00"

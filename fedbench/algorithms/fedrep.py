@@ -1,10 +1,12 @@
 """FedRep (Collins, Hassani, Mokhtari, Shakkottai, ICML 2021): alternate head and body updates
-(spec baselines.md, FedRep row; the CAFeMe code's variant is the default)."""
+(spec baselines.md, FedRep row). ``fedrep`` = the paper/code (epochs, heads stay local); ``fedrep_caf`` = the
+CAFeMe code's variant (steps, Adam, all parameters averaged)."""
 from __future__ import annotations
 
 from ..config import boolean, int_at_least, number, one_of
 from ..engine.schedule import make_schedule
 from ..engine.stack import broadcast, rows, select, set_rows
+from ..errors import ConfigError
 from . import register
 from .base import Algorithm
 from .cafeme import uniform_mean
@@ -12,13 +14,15 @@ from .cafeme import uniform_mean
 
 @register
 class FedRep(Algorithm):
-    """FedRep Alg. 1, per sampled client and round (consecutive mini-batches of its train split):
+    """FedRep Alg. 1, per sampled client and round:
 
-    1. ``head_steps`` optimizer steps on the head φ with the body θ frozen;
-    2. ``body_steps`` optimizer steps on the body with the head frozen;
-    3. server: ``aggregate: all`` — unweighted mean of all parameters, head included (CAF code:
-       5 Adam steps on the head, 1 on the body, then aggregate_model_params); ``aggregate: body`` —
-       mean of the bodies only, each client keeps its head (original FedRep).
+    1. ``head_epochs`` passes over its train split (or ``head_steps`` mini-batches) on the head φ with the body
+       θ frozen (FedRep code: ``local_ep`` − ``local_rep_ep`` epochs);
+    2. ``body_epochs`` passes (or ``body_steps`` mini-batches) on the body with the head frozen (``local_rep_ep``);
+    3. server: ``aggregate: body`` — mean of the bodies, each client keeps its head (FedRep); ``aggregate:
+       all`` — unweighted mean of all parameters, head included (CAF code: 5 Adam steps on the head, 1 on the
+       body, then aggregate_model_params). Step mode draws the two phases' batches as one run of consecutive
+       mini-batches (CAF code: one loader iterator).
 
     Head = the model's ``head`` scope (for the CAFeMe base network: the ``fc`` block = all dense
     layers + output, baselines.md). Each phase keeps its own per-client optimizer state (torch's Adam
@@ -29,8 +33,15 @@ class FedRep(Algorithm):
     state_attrs = ("w", "bn", "H", "phase_state")
 
     def setup(self):
-        self.head_steps = self.checked_hp("head_steps", int_at_least(1))
-        self.body_steps = self.checked_hp("body_steps", int_at_least(1))
+        unit = "epochs" if self.hp.get("head_epochs") is not None or self.hp.get("body_epochs") is not None else "steps"
+        other = "steps" if unit == "epochs" else "epochs"
+        for part in ("head", "body"):
+            if self.hp.get(f"{part}_{other}") is not None:
+                raise ConfigError(f"algorithm.{part}_{other}", self.hp.get(f"{part}_{other}"),
+                                  f"null when the budget is given in {unit} (set head_{unit} and body_{unit} only)")
+        self.unit = unit
+        self.head_budget = int(self.checked_hp(f"head_{unit}", int_at_least(1)))   # FedRep: epochs for the head φ
+        self.body_budget = int(self.checked_hp(f"body_{unit}", int_at_least(1)))   # ... and for the representation θ
         self.mode = self.checked_hp("aggregate", one_of("all", "body"))
         self.checked_hp("optimizer", one_of("adam", "sgd"))
         lr = float(self.checked_hp("lr", number(0, None, lo_open=True)))
@@ -47,11 +58,16 @@ class FedRep(Algorithm):
         P, B = broadcast(self.w, m), broadcast(self.bn, m)
         if self.H is not None:
             set_rows(P, slice(None), rows(self.H, clients))
-        sched = make_schedule([self.data.train_idx[k] for k in ids], ids, int(self.cfg.batch_size), self.seed, "train", t,
-                              steps=self.head_steps + self.body_steps, drop_last=bool(self.cfg.drop_last),
-                              device=self.data.x.device)
-        head = self.phase("head", t, clients, P, B, self.head, [s[:self.head_steps] for s in sched])
-        res = self.phase("body", t, clients, head.params, head.buffers, self.body, [s[self.head_steps:] for s in sched])
+        if self.unit == "steps":
+            hs = self.head_budget
+            sched = make_schedule([self.data.train_idx[k] for k in ids], ids, int(self.cfg.batch_size), self.seed, "train",
+                                  t, steps=hs + self.body_budget, drop_last=bool(self.cfg.drop_last),
+                                  device=self.data.x.device)
+            head_kw, body_kw = {"schedule": [s[:hs] for s in sched]}, {"schedule": [s[hs:] for s in sched]}
+        else:
+            head_kw, body_kw = {"epochs": self.head_budget, "purpose": "fedrep_head"}, {"epochs": self.body_budget}
+        head = self.phase("head", t, clients, P, B, self.head, **head_kw)
+        res = self.phase("body", t, clients, head.params, head.buffers, self.body, **body_kw)
         if self.H is None:
             self.w, self.bn = uniform_mean(res.params, m), uniform_mean(res.buffers, m)
         else:
@@ -60,16 +76,22 @@ class FedRep(Algorithm):
             self.bn = uniform_mean(res.buffers, m)
         return {"train/head_loss": head.loss.mean().item(), "train/loss": res.loss.mean().item()}
 
-    def phase(self, name, t, clients, P, B, trainable, schedule):
+    def phase(self, name, t, clients, P, B, trainable, **budget):
         """One phase of local training; ``self.opt_state`` is swapped so each phase persists its own state."""
         self.opt_state = self.phase_state.get(name)
-        res = self.local_train(t, clients, P, B, trainable=trainable, schedule=schedule, opt=self.local_opt,
-                               persistent_state=self.persistent)
+        res = self.local_train(t, clients, P, B, trainable=trainable, opt=self.local_opt,
+                               persistent_state=self.persistent, **budget)
         self.phase_state[name] = self.opt_state
         return res
 
     def global_model(self):
-        return self.w, self.bn
+        """The averaged model (``aggregate: all``); none with local heads (FedRep: only the body is global)."""
+        return (self.w, self.bn) if self.H is None else None
+
+    def new_client_model(self, clients):
+        """New clients start from the global body (+ the averaged head, or the initial head when heads are local:
+        FedRep §5 trains a new client's head on the learned representation)."""
+        return broadcast(self.w, len(clients)), broadcast(self.bn, len(clients))
 
     def client_models(self, clients, t):
         P, B = broadcast(self.w, len(clients)), broadcast(self.bn, len(clients))

@@ -35,7 +35,8 @@ class PerFedAvg(Algorithm):
         self.alpha = float(self.checked_hp("alpha", number(0, None, lo_open=True)))
         beta = float(self.checked_hp("beta", number(0, None, lo_open=True)))
         self.delta = float(self.checked_hp("delta", number(0, None, lo_open=True)))
-        self.local_steps = self.checked_hp("local_steps", int_at_least(1))
+        steps = self.hp.get("local_steps")   # null: local_epochs passes over the data (PFLlib, FL-bench)
+        self.local_steps = None if steps is None else int(self.checked_hp("local_steps", int_at_least(1)))
         self.variant = self.checked_hp("variant", one_of("hf", "fo"))
         self.outer_opt = OptimSpec(name="sgd", lr=beta)
         self.w, self.bn = self.initial_model()
@@ -44,6 +45,7 @@ class PerFedAvg(Algorithm):
         m = len(clients)
         res = self.local_train(t, clients, broadcast(self.w, m), broadcast(self.bn, m), loss=self.meta_loss,
                                steps=self.local_steps, batches_per_step=3 if self.variant == "hf" else 2,
+                               epochs=int(self.cfg.local_epochs) if self.local_steps is None else None,
                                opt=self.outer_opt, persistent_state=False)
         self.w, self.bn = uniform_mean(res.params, m), uniform_mean(res.buffers, m)
         return {"train/loss": res.loss.mean().item()}
