@@ -90,7 +90,8 @@ def draw_forgetting(tau, groups, path, title: str):
 
 
 def draw_trace(rows: np.ndarray, path):
-    """FedKA Fig. 3: τ of each scheduled (client, class) over the rounds, with its number of samples."""
+    """FedKA Fig. 3: τ of each scheduled (client, class) over the rounds (drawn clipped to [−1, 1], as the heatmap;
+    trace.csv keeps the values), with its number of samples."""
     import matplotlib.pyplot as plt
 
     from . import plots  # noqa: F401  (selects the Agg backend)
@@ -99,10 +100,11 @@ def draw_trace(rows: np.ndarray, path):
     right = ax.twinx()
     for k, c in sorted({(int(r[1]), int(r[2])) for r in rows}):
         sel = rows[(rows[:, 1] == k) & (rows[:, 2] == c)]
-        line, = ax.plot(sel[:, 0], sel[:, 4], marker=".", label=f"client {k}, class {c}: τ")
+        line, = ax.plot(sel[:, 0], np.clip(sel[:, 4], -1, 1), marker=".", label=f"client {k}, class {c}: τ")
         right.step(sel[:, 0], sel[:, 3], where="post", ls="--", color=line.get_color(), alpha=0.6)
     ax.set_xlabel("round")
-    ax.set_ylabel("forgetting degree τ")
+    ax.set_ylabel("forgetting degree τ (clipped to [-1, 1])")
+    ax.set_ylim(-1.05, 1.05)
     right.set_ylabel("samples (dashed)")
     ax.legend(fontsize=7)
     fig.tight_layout()
