@@ -69,3 +69,39 @@ def test_fedfomo_rounds_split_mix_and_affinity(tmp_path):
         outside = [j for j in range(5) if j not in p and j != i]
         assert torch.all(A[i, outside] == 0) and torch.all(A[i, p] >= 0)
         assert torch.count_nonzero(algo.affinity[i, p]) == 2 and torch.all(algo.affinity[i, outside] == 0)
+
+
+def test_fedfomo_scores_peers_on_the_validation_split_and_trains_on_the_rest(tmp_path):
+    """Round 1 (no peers yet): each client trains its own model on its training part only (``fit_idx``, not the
+    validation split). Round 2: the affinity gains w_kj = (L_val(θ_k) − L_val(θ_j)) / (‖θ_j − θ_k‖ + 1e-5) with the
+    losses computed here by hand on the client's validation split."""
+    import torch.nn.functional as F
+
+    run = _setup(tmp_path, "clients=3", "algorithm.M=2")
+    algo, fm, data = run.algorithm, run.fm, run.data
+    w0 = {n: v.clone() for n, v in algo.P.items()}
+    clients = torch.arange(3)
+    algo.round(1, clients)
+    from fedbench.engine.stack import broadcast
+    replay = algo.local_train(1, clients, broadcast({n: v[0] for n, v in w0.items()}, 3), algo.B,
+                              indices=[algo.fit_idx[k] for k in range(3)])
+    for n in algo.P:
+        assert torch.allclose(algo.P[n], replay.params[n], atol=1e-12, rtol=0), n
+    P = {n: v.clone() for n, v in algo.P.items()}
+
+    def val_loss(k, j):
+        i = data.tensor(algo.val_idx[k])
+        fm.set_mode(False)
+        with torch.no_grad():
+            out = F.cross_entropy(fm({n: v[j] for n, v in P.items()}, {n: v[j] for n, v in algo.B.items()}, data.x[i]),
+                                  data.y[i]).item()
+        fm.set_mode(True)
+        return out
+
+    peers = [[1, 2], [2, 0], [0, 1]]
+    algo.first_order_update(clients, peers)
+    for k, ps in enumerate(peers):
+        for j in ps:
+            dist = sum(((P[n][j] - P[n][k]) ** 2).sum() for n in P).sqrt().item()
+            expected = (val_loss(k, k) - val_loss(k, j)) / (dist + 1e-5)
+            assert abs(algo.affinity[k, j].item() - expected) < 1e-9, (k, j)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -162,3 +163,62 @@ def test_bad_config_values_fail_in_setup(tmp_path):
         with pytest.raises(ConfigError) as e:
             Run(make_cfg(*LONGTAIL, *TINY_RESNET, f"algorithm={alg}", bad), tmp_path).setup()
         assert e.value.key == key
+
+
+def test_lws_scales_are_sgd_on_class_balanced_batches_by_hand(tmp_path):
+    """Phase II of LWS on one client, replayed by hand: f = 1, then one plain SGD step of CE(f ⊙ z, y) per batch of a
+    class-balanced schedule (samples drawn with probability ∝ 1/n_y, computed here from the client's labels); the
+    personalized classifier rows are f_c·w_c. A uniform schedule (no class balancing) gives other scales."""
+    from fedbench.engine.schedule import make_schedule
+
+    lr, B = 0.5, 8
+    run = Run(make_cfg("algorithm=fedavg_lws", "hardware.precision=fp64", "clients=3", "optim.momentum=0.0",
+                       "algorithm.phase2_epochs=1", f"algorithm.phase2_lr={lr}", f"algorithm.phase2_batch_size={B}"),
+              tmp_path)
+    run.setup()
+    algo, fm, data = run.algorithm, run.fm, run.data
+    w, bn = algo.global_model()
+    algo.personalize(1, w, bn)
+    P, _ = algo.components[0]
+    k = 1
+    idx = data.train_idx[k]
+    labels = data.y[data.tensor(idx)].cpu().numpy()
+    counts = np.bincount(labels, minlength=data.num_classes)
+    assert counts[counts > 0].min() < counts.max()                       # an imbalanced client
+    sched = make_schedule([idx], [k], B, algo.seed, "lws", 1, epochs=1, drop_last=bool(run.cfg.drop_last),
+                          weights=[1.0 / counts[labels]])[0]
+    f = torch.ones(data.num_classes, dtype=torch.float64)
+    with torch.no_grad():
+        z_all = {int(i): z for i, z in zip(torch.cat(sched), fm(w, bn, data.x[torch.cat(sched)]))}
+    for i in sched:
+        z = torch.stack([z_all[int(j)] for j in i])
+        g = f.clone().requires_grad_(True)
+        f = f - lr * torch.autograd.grad(F.cross_entropy(z * g, data.y[i]), g)[0]
+    assert torch.allclose(P["head.0.weight"][k], f.unsqueeze(1) * w["head.0.weight"], atol=1e-10)
+    assert torch.allclose(P["head.0.bias"][k], f * w["head.0.bias"], atol=1e-10)
+
+
+def test_fedafa_loss_weights_augmented_ce_by_c_and_plain_ce_by_one_minus_c(tmp_path):
+    """FedAFA's ``train_fea``: c·CE(augmented) + (1 − c)·CE(original). With the same random draws (slots, seeds,
+    noise; p = 0 accepts every generated feature), L(c) = c·L(1) + (1 − c)·CE(model(x), y), and L(0) is the plain
+    CE computed here by hand."""
+    run = Run(make_cfg(*LONGTAIL, *TINY_RESNET, "algorithm=fedafa", "hardware.precision=fp64", "algorithm.p=0.0"),
+              tmp_path)
+    run.setup()
+    algo, fm, data = run.algorithm, run.fm, run.data
+    w, bn = algo.global_model()
+    k = 4                                                                # the client with many minority classes
+    i = data.tensor(data.train_idx[k])
+    x, y = data.x[i], data.y[i]
+    ctx = {"class_counts": algo.client_counts()[k], "client": torch.tensor(k), "w_global": w, "bn_global": bn}
+
+    def loss(c):
+        algo.c, algo._t, algo._gen, algo._stats = c, 1, {}, torch.zeros(2)   # the same draws for every c
+        return algo.loss(fm, w, {n: v.clone() for n, v in bn.items()}, x, y, ctx)
+
+    plain = F.cross_entropy(fm(w, {n: v.clone() for n, v in bn.items()}, x), y)
+    augmented = loss(1.0)
+    assert algo._stats[1] > 0                                            # generated features were used
+    assert abs(augmented.item() - plain.item()) > 1e-6
+    assert torch.allclose(loss(0.0), plain, atol=1e-12)
+    assert torch.allclose(loss(0.6), 0.6 * augmented + 0.4 * plain, atol=1e-12)

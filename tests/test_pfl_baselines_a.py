@@ -85,8 +85,9 @@ def test_fedbabu_fine_tune_scope(tmp_path):
 # ---- pFedMe ------------------------------------------------------------------------------------------------------------
 def test_pfedme_inner_problem_and_outer_updates_match_hand_computation(tmp_path):
     """R = 2 mini-batches, K = 2 inner steps: θ ← θ − plr(∇f(θ; D_r) + λ(θ − w_k)) (θ carried over between batches),
-    w_k ← w_k − ηλ(w_k − θ) after each batch; server w ← (1−β)w + β Σ n_k w_k / Σ n_k."""
-    lam, plr, eta, beta = 2.0, 0.1, 0.05, 0.5
+    w_k ← w_k − ηλ(w_k − θ) after each batch; server w ← (1−β)w + β Σ n_k w_k / Σ n_k. β = 0.7, not 0.5: at 0.5 the
+    server rule cannot tell β from 1 − β."""
+    lam, plr, eta, beta = 2.0, 0.1, 0.05, 0.7
     run = _run(tmp_path, "pfedme", f"algorithm.lam={lam}", f"algorithm.personal_lr={plr}", f"algorithm.eta={eta}",
                f"algorithm.beta={beta}", "algorithm.inner_steps=2", "algorithm.local_steps=2", "batch_size=16")
     algo, fm, data = run.algorithm, run.fm, run.data
