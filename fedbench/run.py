@@ -103,7 +103,7 @@ class Run:
 
         dataset = load_dataset(cfg.dataset, cache_dir=cfg.cache_dir)
         part = make_partition(cfg.partition, dataset.y.numpy(), dataset.n_train, dataset.num_classes, int(cfg.clients),
-                              seeding.rng(cfg.seed, "partition"))
+                              seeding.rng(cfg.seed, "partition"), attrs=dataset.attrs)
         self.data = FederatedData.build(dataset, part, self.device, self.dtype, pin_memory=bool(hw.pin_memory))
         # a class shrinking on a client mid-run (FedKA Fig. 3; fedbench/data/schedule.py); off unless data_schedule is set
         self.data_schedule = DataSchedule.from_cfg(cfg, self.data)

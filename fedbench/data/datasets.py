@@ -25,6 +25,7 @@ from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_datas
 from torchvision.io import ImageReadMode, decode_image, read_file
 from torchvision.transforms.v2 import functional as F
 
+from fedbench.data.leaf import load_femnist
 from fedbench.errors import ConfigError
 from fedbench.seeding import rng, torch_generator
 
@@ -303,6 +304,7 @@ DATASETS: dict[str, Callable[..., Dataset]] = {
     "imagefolder": load_imagefolder,
     "rmnist": load_rmnist,
     "tinyimagenet": load_tinyimagenet,
+    "femnist": load_femnist,   # LEAF's per-writer JSON files (fedbench/data/leaf.py)
 }
 _GENERATED = {"digits", "synthetic"}  # built in milliseconds; caching them only adds files
 

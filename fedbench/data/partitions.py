@@ -435,6 +435,31 @@ def complementary_pairs(cfg, labels, n_train, num_classes, num_clients, rng) -> 
     return _finish(cfg, clients, labels, n_train, num_classes, rng, info, test=test)
 
 
+# ---------------------------------------------------------------------------- natural (LEAF)
+def natural(cfg, labels, n_train, num_classes, num_clients, rng, attrs=None) -> Partition:
+    """One client per writer (LEAF's natural partition; CAFeMe Table 2 on FEMNIST): ``num_clients`` distinct
+    values of the per-sample attribute ``by`` drawn at random among those with train samples (the CAFeMe code:
+    ``random.sample`` of 100 LEAF writers per run seed); client k = all train-split samples of its writer.
+    Test ``local``: ``test_fraction`` of those (the code: 20%); ``official``: the writer's own samples of the
+    official test split (LEAF's test files).
+    """
+    by = _opt(cfg, "by")
+    ts = _check_test_split(cfg, ("local", "official"))
+    if not attrs or by not in attrs:
+        raise ConfigError("partition.by", by, f"a per-sample attribute of the dataset ({', '.join(attrs or {}) or 'this dataset has none'}; "
+                                              "dataset=femnist has writer)")
+    who = np.asarray(attrs[by], dtype=np.int64)
+    present = np.unique(who[:n_train])
+    if not isinstance(num_clients, (int, np.integer)) or not 1 <= num_clients <= len(present):
+        raise ConfigError("clients", num_clients, f"an integer in [1, {len(present)}] (the {by}s with train samples)")
+    chosen = rng.choice(present, num_clients, replace=False)
+    clients = [np.flatnonzero(who[:n_train] == w) for w in chosen]
+    test = None
+    if ts == "official":
+        test = [n_train + np.flatnonzero(who[n_train:] == w) for w in chosen]
+    return _finish(cfg, clients, labels, n_train, num_classes, rng, {by: chosen}, test=test)
+
+
 # ---------------------------------------------------------------------------- registry
 PARTITIONS = {
     "iid": iid,
@@ -443,12 +468,15 @@ PARTITIONS = {
     "dominant_groups": dominant_groups,
     "longtail": longtail,
     "complementary_pairs": complementary_pairs,
+    "natural": natural,
 }
+NEEDS_ATTRS = {"natural"}   # partitions that read the dataset's per-sample attributes (Dataset.attrs)
 
 
 def make_partition(cfg, labels: np.ndarray, n_train: int, num_classes: int, num_clients: int,
-                   rng: np.random.Generator) -> Partition:
-    """Partition the pool ``labels`` (train split ``[0, n_train)``) with ``PARTITIONS[cfg.name]``."""
+                   rng: np.random.Generator, attrs: dict | None = None) -> Partition:
+    """Partition the pool ``labels`` (train split ``[0, n_train)``) with ``PARTITIONS[cfg.name]``; ``attrs`` = the
+    dataset's per-sample attributes (e.g. FEMNIST's writer), read by the partitions in :data:`NEEDS_ATTRS`."""
     name = cfg.get("name")
     if name not in PARTITIONS:
         raise ConfigError("partition.name", name, " | ".join(PARTITIONS))
@@ -457,4 +485,5 @@ def make_partition(cfg, labels: np.ndarray, n_train: int, num_classes: int, num_
         raise ValueError(f"labels must be 1-D with 0 < n_train ≤ len(labels), got {labels.shape}, n_train={n_train}")
     if labels.min() < 0 or labels.max() >= num_classes:
         raise ValueError(f"labels must lie in [0, {num_classes})")
-    return PARTITIONS[name](cfg, labels, n_train, num_classes, num_clients, rng)
+    extra = {"attrs": attrs} if name in NEEDS_ATTRS else {}
+    return PARTITIONS[name](cfg, labels, n_train, num_classes, num_clients, rng, **extra)
