@@ -265,6 +265,8 @@ def test_tail_expert_is_the_last_nonempty_group_and_empty_experts_take_no_part(t
     logged = next(h for h in metrics if "ecl/scale_expert3" in h)
     assert logged["ecl/scale_expert3"] == pytest.approx(float(ratio3[has3].mean()))
     assert logged["ecl/classes_expert3"] == pytest.approx(np.mean([sizes[k][2] for k in has3]))
+    published = np.load(tmp_path / "diagnostics" / "ecl_logit_scale" / "round_00001.npy")     # [K, M], 0 = no expert
+    assert np.allclose(published[:, 2], np.where([s[2] > 0 for s in sizes], ratio3.numpy(), 0.0))
 
 
 def _eval_features(run, w, bn, x):
