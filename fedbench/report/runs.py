@@ -136,16 +136,21 @@ def load_run(d: Path, position: int, neutral: set) -> RunRecord:
 
 def expected_jobs(sweep: Path) -> list[dict] | None:
     """The jobs of the sweep's last launch ({key: value}), as Hydra's basic sweeper expands them; None if unknown."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     hydra = (_yaml(sweep / "multirun.yaml") or {}).get("hydra") or {}
     if "BasicSweeper" not in str(_select(hydra, "sweeper._target_")):
         return None
     params = [f"{k}={v}" for k, v in (_select(hydra, "sweeper.params") or {}).items()]
-    args = list(_select(hydra, "overrides.task") or [])
-    jobs = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(params + args), None)[0]
-    return [_overrides(job, neutral_keys(sweep)) for job in jobs]
+    return expand_jobs(params + list(_select(hydra, "overrides.task") or []), neutral_keys(sweep))
+
+
+def expand_jobs(overrides: list[str], neutral: set) -> list[dict]:
+    """The jobs of a multirun ({key: value}) from its sweeper params followed by its task overrides (later ones win),
+    as Hydra's basic sweeper expands them."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    jobs = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(list(overrides)), None)[0]
+    return [_overrides(job, neutral) for job in jobs]
 
 
 def neutral_keys(sweep: Path | None) -> set:
@@ -157,30 +162,36 @@ def neutral_keys(sweep: Path | None) -> set:
 
 def _placeholder(job: dict, order: tuple, runs: list[RunRecord], sweep: Path) -> RunRecord:
     """A never-started job: its cell comes from a sibling run (same overrides but the seed) or the sweep's config."""
-    import copy
-
     sibling = next((r for r in runs if {k: v for k, v in r.overrides.items() if k != "seed"}
                     == {k: v for k, v in job.items() if k != "seed"}), None)
     if sibling:
-        config, choices = copy.deepcopy(sibling.config), dict(sibling.choices)
+        run = missing_run({k: v for k, v in job.items() if k == "seed"}, sibling.config, sibling.choices, order)
     else:
         base = _yaml(sweep / "multirun.yaml") or {}
-        choices = dict(_select(base, "hydra.runtime.choices") or {})
-        config = {k: v for k, v in base.items() if k != "hydra"}
-        for key, value in job.items():
-            if key in choices or key.split("@")[0] in choices:
-                choices[key.split("@")[0]] = value
-            else:
-                node = config
-                *parents, last = key.split(".")
-                for p in parents:
-                    if not isinstance(node.get(p), dict):
-                        node[p] = {}
-                    node = node[p]
-                node[last] = yaml.safe_load(value) if value else value
-    if "seed" in job:
-        config["seed"] = yaml.safe_load(job["seed"])
-    return RunRecord(None, "missing", config, choices, job, order)
+        run = missing_run(job, {k: v for k, v in base.items() if k != "hydra"},
+                          dict(_select(base, "hydra.runtime.choices") or {}), order)
+    run.overrides = dict(job)
+    return run
+
+
+def missing_run(job: dict, config: dict, choices: dict, order: tuple = (0, 0)) -> RunRecord:
+    """A job no run dir holds (status ``missing``): a base ``config`` and group ``choices`` with the job's own values
+    (a config group's option when ``choices`` has that group, otherwise a dotted config key)."""
+    import copy
+
+    config, choices = copy.deepcopy(config), dict(choices)
+    for key, value in job.items():
+        if key in choices or key.split("@")[0] in choices:
+            choices[key.split("@")[0]] = value
+            continue
+        node = config
+        *parents, last = key.split(".")
+        for p in parents:
+            if not isinstance(node.get(p), dict):
+                node[p] = {}
+            node = node[p]
+        node[last] = yaml.safe_load(value) if value else value
+    return RunRecord(None, "missing", config, choices, dict(job), order)
 
 
 def collect(paths) -> list[RunRecord]:

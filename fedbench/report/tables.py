@@ -253,9 +253,13 @@ class Report:
         """A run's number for a metric path, or why there is none (``no value``, ``never``, ``no target``)."""
         if path in DERIVED:
             return self._to_target(run, path, col)
-        if "@" in path:                                     # <metric>@<round>: the value logged at that round
+        if "@" in path:              # <metric>@<round>: the value logged at that round; <metric>@mean: mean over rounds
             name, at = path.rsplit("@", 1)
-            v = _number(run.rounds().get(int(at), {}).get(name))
+            if at == "mean":
+                pts = [x for _, x in run.series(name)]
+                v = float(np.mean(pts)) if pts else None
+            else:
+                v = _number(run.rounds().get(int(at), {}).get(name))
         else:
             s = run.summary
             v = s.get(path)

@@ -1,0 +1,161 @@
+"""A claim's runs and verdict: the runs of its experiment (read by fedbench/report's ``collect``), their cells over
+seeds (fedbench/report's ``Report``), and the predicate evaluated seed-paired on them."""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from ..report.runs import RunRecord, _number, canon, collect, missing_run
+from ..report.tables import Report, Table
+from .predicates import NOT_COMPARABLE, NOT_RUN, Outcome, evaluate
+from .spec import Claim, Experiment, PaperClaims
+
+LAUNCHES = "claims_launches.jsonl"   # one line per `fedbench-claims run` launch of an experiment (time, commit, machine)
+
+
+def sweep_dir(runs_root: Path, scale: str, paper: str) -> Path:
+    """All runs of one paper at one scale share one multirun dir: a job two experiments have in common is run once."""
+    return Path(runs_root) / scale / paper
+
+
+def run_seconds(run: RunRecord) -> float:
+    """Compute time of a run from its records: training rounds, evaluations, new-client fine-tuning (``time/*``);
+    start-up and data loading are not in it."""
+    return float(sum(v for row in run.rounds().values() for k, x in row.items()
+                     if k.startswith("time/") and (v := _number(x)) is not None))
+
+
+def launches(sweep: Path) -> list[dict]:
+    try:
+        lines = (sweep / LAUNCHES).read_text().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
+
+
+class RunSet:
+    """The runs of one paper at one scale, matched to each experiment's jobs (a job without a run dir is a
+    ``missing`` record, so that a claim says how many of its runs exist)."""
+
+    def __init__(self, pc: PaperClaims, scale: str, runs_root: Path):
+        self.pc, self.scale, self.sweep = pc, scale, sweep_dir(runs_root, scale, pc.paper)
+        found = collect([self.sweep]) if self.sweep.is_dir() else []
+        self.by_overrides = {}
+        for r in found:
+            if r.path is not None:
+                self.by_overrides.setdefault(frozenset(r.overrides.items()), r)
+        self._cache: dict = {}
+
+    def runs(self, exp: Experiment) -> list[RunRecord]:
+        if exp.name not in self._cache:
+            cfg = exp.compose()
+            jobs, _ = exp.jobs(cfg)
+            base = OmegaConf.to_container(cfg, resolve=False)
+            base.pop("hydra", None)
+            choices = dict(OmegaConf.to_container(cfg.hydra.runtime.choices))
+            out = []
+            for i, job in enumerate(jobs):
+                run = self.by_overrides.get(frozenset(job.items()))
+                out.append(run if run is not None else missing_run(job, base, choices, (0, i)))
+            self._cache[exp.name] = out
+        return self._cache[exp.name]
+
+
+@dataclass
+class ClaimResult:
+    claim: Claim
+    scale: str
+    outcome: Outcome
+    experiment: Experiment | None = None
+    data: dict = field(default_factory=dict)        # {row: {col: {seed: value}}}
+    cols: list = field(default_factory=lambda: [None])
+    status: Counter = field(default_factory=Counter)  # runs of the named rows without a value, by reason
+    n_runs: int = 0                                 # runs of the named rows the experiment has (any status)
+    n_complete: int = 0
+    run_ids: dict = field(default_factory=dict)     # {their overrides: complete?} (runs shared between claims once)
+    seconds: float = 0.0                            # compute time of those runs
+    labels: dict = field(default_factory=dict)      # row -> display name (the experiment's table labels)
+    digits: int = 2
+    unit: str = ""
+
+    @property
+    def rows(self) -> list[str]:
+        """The rows the claim names (predicate, then the paper's), in that order."""
+        names = self.claim.predicate.names if self.claim.predicate.kind != "close" else []
+        return list(dict.fromkeys([*names, *self.claim.paper]))
+
+    def label(self, row: str) -> str:
+        return self.labels.get(row, row)
+
+    def cell(self, row: str, col) -> dict:
+        return self.data.get(row, {}).get(col, {})
+
+
+def labels(pc: PaperClaims, claim: Claim) -> dict:
+    """Display names of the rows: the ``table.labels`` of the claim's experiment config (at any scale)."""
+    import yaml
+
+    from ..cli import CONF_DIR
+
+    out: dict = {}
+    for exp in pc.experiments[claim.experiment].values():
+        try:
+            node = yaml.safe_load((CONF_DIR / "experiment" / f"{exp.experiment}.yaml").read_text()) or {}
+        except (OSError, yaml.YAMLError):
+            continue
+        for k, v in ((node.get("table") or {}).get("labels") or {}).items():
+            out.setdefault(canon(k), str(v))
+    return out
+
+
+def evaluate_claim(pc: PaperClaims, claim: Claim, runset: RunSet) -> ClaimResult:
+    scale = runset.scale
+    exp = pc.experiment(claim, scale)
+    if exp is None:
+        verdict = NOT_COMPARABLE if claim.predicate.kind == "close" and scale != "paper" else NOT_RUN
+        return ClaimResult(claim, scale, Outcome(verdict, f"no {scale}-scale setting of experiment '{claim.experiment}'"),
+                           labels=labels(pc, claim))
+    runs = [r for r in runset.runs(exp) if all(canon(r.key(k)) == v for k, v in claim.where.items())]
+    spec = {"paper": pc.paper, "id": claim.id, "title": claim.claim, "rows": claim.by, "cols": claim.over,
+            "metrics": {"value": claim.metric}, "percent": claim.percent, **({"target": claim.target} if claim.target else {})}
+    rep = Report(Table(spec, [(r, spec) for r in runs]))
+    res = ClaimResult(claim, scale, Outcome(NOT_RUN, ""), exp, cols=[c.key for c in rep.columns] if claim.over else [None],
+                      labels=labels(pc, claim))
+    for row in rep.row_keys:
+        for col in rep.columns:
+            cell = rep.cells[(row, col.key)]
+            res.data.setdefault(row, {})[col.key if claim.over else None] = dict(zip(cell.seeds, cell.values))
+    res.digits = max(rep.digits.values(), default=2)
+    res.unit = "%" if rep.table.percent("value") else ""
+    named = set(res.rows) or set(rep.row_keys)
+    used = [r for r in runs if canon(r.key(claim.by)) in named
+            and (not claim.over or canon(r.key(claim.over)) in {c.key for c in rep.columns})]
+    res.n_runs, res.n_complete = len(used), sum(r.status == "complete" for r in used)
+    res.run_ids = {frozenset(r.overrides.items()): r.status == "complete" for r in used}
+    res.seconds = sum(run_seconds(r) for r in used if r.status == "complete")
+    for (row, _), cell in rep.cells.items():
+        if row in named:
+            res.status.update(cell.other)
+    paper = {row: {None: v} if not isinstance(v, dict) else v for row, v in claim.paper.items()}
+    res.outcome = evaluate(claim.predicate, res.data, res.cols, claim.tolerance, exp.scale.min_seeds,
+                           paper=paper, paper_scale=scale == "paper")
+    if res.outcome.verdict == NOT_RUN and res.n_runs:
+        res.outcome.reason = f"{res.n_complete} of {res.n_runs} runs complete" + _why(res.status)
+    return res
+
+
+def _why(status: Counter) -> str:
+    return (" (" + ", ".join(f"{n} {k}" for k, n in status.items()) + ")") if status else ""
+
+
+__all__ = ["LAUNCHES", "RunSet", "ClaimResult", "evaluate_claim", "launches", "run_seconds", "sweep_dir"]

@@ -1,0 +1,119 @@
+"""``fedbench-claims run``: the multiruns a paper's claims need at one scale. Each experiment is one ``fedbench -m``
+(its own process: the same pre-check, deterministic run dirs and Hydra launcher choice as on the command line), so
+complete runs are skipped, interrupted ones resume from their checkpoints, and an experiment whose runs are all
+complete is not launched at all. Every launch is logged (time, commit, machine) for the results page."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .results import LAUNCHES, RunSet, sweep_dir
+from .spec import ClaimsError, PaperClaims
+
+
+def launch(args: list[str]) -> int:
+    """``fedbench <args>`` as its own process (exactly the command line: pre-check, Hydra, the launcher the overrides
+    choose; a crash or a leak stays in it); its exit code (1: a job of the sweep failed, 2: a bad override)."""
+    return subprocess.run([sys.executable, "-m", "fedbench.cli", *args]).returncode
+
+
+def neutral_keys() -> list[str]:
+    """The overrides that leave a run's results and run dir alone (conf/config.yaml's override_dirname exclude_keys)."""
+    import yaml
+
+    from ..cli import CONF_DIR
+
+    node = yaml.safe_load((CONF_DIR / "config.yaml").read_text())
+    return list(node["hydra"]["job"]["config"]["override_dirname"]["exclude_keys"])
+
+
+def check_extra(extra: list[str]) -> None:
+    """Extra overrides may only change how runs are made (Hydra's own settings, e.g. a launcher, and the results-neutral
+    keys), never their results: the report must find the same runs from the claims file alone."""
+    allowed = neutral_keys()
+    for item in extra:
+        key = item.split("=", 1)[0].lstrip("+~")
+        if not (key.startswith(("hydra.", "hydra/")) or key in allowed):
+            raise ClaimsError(f"override {item!r} would change the runs (their results or run dirs); put it in "
+                              f"conf/claims/<paper>.yaml (a scale's or an experiment's overrides). Allowed here: "
+                              f"hydra.*, hydra/*, {', '.join(allowed)}")
+
+
+def commit() -> str:
+    """The fedbench checkout's commit (``-dirty`` when tracked files differ from it), or ``unknown``."""
+    from ..cli import CONF_DIR
+
+    repo = str(CONF_DIR.parent)
+    try:
+        sha = subprocess.run(["git", "-C", repo, "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
+                             timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", repo, "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return sha + ("-dirty" if dirty else "")
+
+
+def machine() -> str:
+    """``<CPU model> (<n> cores)``, plus the GPU when there is one."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        cpu = next(ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                   if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    text = f"{cpu} ({os.cpu_count()} cores)"
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            text += f", {torch.cuda.get_device_name(0)}"
+    except Exception:  # noqa: BLE001  (a description only)
+        pass
+    return text
+
+
+def run(pc: PaperClaims, scale: str, runs_root: Path, extra: list[str] = (), dry_run: bool = False,
+        invoked: str = "") -> int:
+    """Launch every experiment the claims need at ``scale`` that still has runs to do; the worst exit code."""
+    if scale not in pc.scales:
+        raise ClaimsError(f"{pc.path}: no '{scale}' scale (the file has {', '.join(pc.scales)})")
+    check_extra(list(extra))
+    sweep = sweep_dir(runs_root, scale, pc.paper)
+    extra = list(extra) + ([] if any(e.startswith("logger") for e in extra) else ["logger=none"])
+    worst = 0
+    for exp in pc.needed(scale):
+        runs = RunSet(pc, scale, runs_root).runs(exp)   # read again: an earlier experiment may have made shared runs
+        done = sum(r.status == "complete" for r in runs)
+        head = f"fedbench-claims: {pc.paper} {scale} {exp.name}: {done}/{len(runs)} runs complete"
+        if done == len(runs):
+            print(f"{head}; nothing to run", file=sys.stderr)
+            continue
+        args = ["-m", *exp.args(), *extra, f"hydra.sweep.dir={sweep}"]
+        command = "fedbench " + " ".join(shlex.quote(a) for a in args)
+        print(f"{head}; running {'(dry run) ' if dry_run else ''}{command}", file=sys.stderr, flush=True)
+        if dry_run:
+            continue
+        sweep.mkdir(parents=True, exist_ok=True)
+        started, tic = time.strftime("%Y-%m-%dT%H:%M:%S%z"), time.perf_counter()
+        code = launch(args)
+        seconds = time.perf_counter() - tic
+        after = sum(r.status == "complete" for r in RunSet(pc, scale, runs_root).runs(exp))
+        record = {"experiment": exp.name, "scale": scale, "started": started, "seconds": round(seconds, 1),
+                  "exit": code, "runs": len(runs), "complete_before": done, "complete_after": after,
+                  "command": command, "invoked": invoked, "commit": commit(), "machine": machine()}
+        with (sweep / LAUNCHES).open("a") as f:
+            f.write(json.dumps(record) + "\n")
+        print(f"fedbench-claims: {exp.name}: {after}/{len(runs)} complete after {seconds:.0f} s (exit {code})",
+              file=sys.stderr, flush=True)
+        worst = max(worst, code)
+    return worst
+
+
+__all__ = ["launch", "run", "check_extra", "neutral_keys", "commit", "machine"]
