@@ -402,8 +402,8 @@ class ECL(OneShotPersonalization):
     2. calibrated global model w_k^T: w^T with only the classifier trained, Balanced Softmax CE on D_k (Eq. 3);
     3. experts v_k^m from w^T (frozen layers in eval mode): an expert before the tail trains the last block +
        classifier with CE on {(x, y) ∈ D_k : y ∈ C_m} (Eq. 4); the tail expert — the last non-empty group,
-       "usually the M-th" (§3.2) — trains only the classifier with class-balanced sampling of its samples;
-       an empty group has no expert;
+       "usually the last expert (M-th expert)" (§3.2) — trains only the classifier with class-balanced
+       sampling of its samples; an empty group has no expert;
     4. inference (Eqs. 5–6): o^c = λ·(‖u_m‖²/‖u_0‖²)·z_m^c + (1−λ)·z_0^c with m the expert owning c.
 
     Executor calls: 1 (calibrated) + per expert position one call for the clients whose tail it is and one for
