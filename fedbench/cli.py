@@ -137,6 +137,24 @@ def _task(cfg: DictConfig):
     return summary.get("metrics")
 
 
+def table_note(args: list[str]) -> str | None:
+    """One line for a paper-table config run without -m: it runs ONE cell (the config's own values, with the first
+    dataset and model of the table), not the table's sweep."""
+    if any(a in ("-m", "--multirun") for a in args):
+        return None
+    exp = next((a.split("=", 1)[1] for a in args if a.lstrip("+").startswith("experiment=")), None)
+    path = CONF_DIR / "experiment" / f"{exp}.yaml"
+    if exp is None or not path.is_file():
+        return None
+    import yaml
+
+    params = (((yaml.safe_load(path.read_text()) or {}).get("hydra") or {}).get("sweeper") or {}).get("params")
+    if not params:
+        return None
+    return (f"+experiment={exp} without -m is one run (one cell of the table); add -m to run its sweep over "
+            f"{', '.join(params)}")
+
+
 NEUTRAL_PREFIXES = ("hydra.", "hydra/", "resume=", "logger", "hardware.threads=", "checkpoint.", "data_root=", "cache_dir=",
                     "dataset.root=", "dataset.download=")
 
@@ -153,6 +171,8 @@ def main() -> None:
     if not any(a in ("--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc") or a.startswith("--info")
                for a in args):
         precheck(args)
+        if note := table_note(args):
+            print(f"fedbench: {note}", file=sys.stderr)
         if any(a in ("-m", "--multirun") for a in args) and not any(a.startswith("hydra.sweep.dir=") for a in args):
             # next to the other overrides: argparse takes the overrides as one positional run
             pos = next((i for i, a in enumerate(sys.argv) if i and "=" in a and not a.startswith("-")), len(sys.argv))

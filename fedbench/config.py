@@ -59,6 +59,7 @@ def device():
 
 CHECKS: dict[str, tuple] = {
     "seed": int_at_least(0),
+    "partition.seed": int_at_least(0),
     "rounds": int_at_least(1),
     "clients": int_at_least(1),
     "participation": number(0, 1, lo_open=True),

@@ -37,6 +37,7 @@ from .models import build_model
 from .newclients import NewClients
 from .plots import heatmap
 from .preemption import Preempted, PreemptionGuard
+from .similarity import SimilarityMonitor
 
 
 def pick_device(requested: str) -> torch.device:
@@ -103,7 +104,7 @@ class Run:
 
         dataset = load_dataset(cfg.dataset, cache_dir=cfg.cache_dir)
         part = make_partition(cfg.partition, dataset.y.numpy(), dataset.n_train, dataset.num_classes, int(cfg.clients),
-                              seeding.rng(cfg.seed, "partition"), attrs=dataset.attrs)
+                              seeding.rng(int(cfg.partition.seed), "partition"), attrs=dataset.attrs)   # partition.seed: ${seed} by default
         self.data = FederatedData.build(dataset, part, self.device, self.dtype, pin_memory=bool(hw.pin_memory))
         # a class shrinking on a client mid-run (FedKA Fig. 3; fedbench/data/schedule.py); off unless data_schedule is set
         self.data_schedule = DataSchedule.from_cfg(cfg, self.data)
@@ -124,6 +125,8 @@ class Run:
         self.evaluator = Evaluator(self)
         # class-wise forgetting degree (FedKA Eq. 1) of the round's local models, for any method; off by default
         self.forgetting = ForgettingMonitor(self) if OmegaConf.select(cfg, "eval.forgetting.enabled", default=False) else None
+        # FedReMa's S / MDS / Δs̄ (Eq. 5, Alg. 1, Eq. 8) of the round's local heads, for any method; off by default
+        self.similarity = SimilarityMonitor(self) if OmegaConf.select(cfg, "eval.similarity.enabled", default=False) else None
 
     def _save_partition(self) -> None:
         counts = self.data.counts
@@ -217,12 +220,17 @@ class Run:
         clients = self.sample_clients(t)
         if self.forgetting:   # snapshot the round-start global model θ_g^r
             self.forgetting.before_round(self.algorithm, t)
+        if self.similarity:   # after forgetting's: both read the round's local models
+            self.similarity.before_round(self.algorithm, t)
         tic = time.perf_counter()
         metrics = {**self.algorithm.round(t, clients), **scheduled}
         metrics["time/round"] = time.perf_counter() - tic
         self.times.append(metrics["time/round"])
+        if self.similarity:   # S of the trained local heads (before forgetting's after_round, which releases them)
+            metrics.update(self.similarity.after_round(self.algorithm, t))
         if self.forgetting:   # τ of each trained local model vs θ_g^r (not counted in time/round)
             metrics.update(self.forgetting.after_round(self.algorithm, t))
+        self.algorithm.keep_local, self.algorithm.last_local = False, None   # the round's local models are not needed
         if t % int(cfg.eval_every) == 0 or t == int(cfg.rounds):
             tic = time.perf_counter()
             metrics.update(self.evaluator(self.algorithm, t))

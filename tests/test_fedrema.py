@@ -8,8 +8,8 @@ import pytest
 import torch
 from conftest import make_cfg, run_cfg
 
-from fedbench.algorithms.fedrema import ccp_continues, dependency_weights, mds, relevant_weights
-from fedbench.engine.stack import broadcast, rows
+from fedbench.algorithms.fedrema import ccp_continues, dependency_weights, head_mixing, mds, relevant_weights
+from fedbench.engine.stack import broadcast, mix, rows
 from fedbench.errors import ConfigError
 from fedbench.loggers import build_loggers
 from fedbench.losses import prototype_alignment
@@ -85,12 +85,120 @@ def test_dependency_map_weights_are_eq10_and_eq7_weights_follow_the_relevant_set
     assert relevant_weights(A1, n, by_samples=False)[2].tolist() == [0.0, 0.5, 0.5]
 
 
+# ---- the head update: Eq. 7/10 as written (simultaneous) vs the code's in-place loop -----------------------
+# 3 clients, Eq. 10 weights by client id (W[k, i] = g_ki / Σ_j g_kj) and one scalar head per client: φ̂ = 1, 10, 100.
+W_BY_ID = torch.tensor([[1 / 2, 1 / 4, 1 / 4], [1 / 2, 1 / 2, 0.0], [0.0, 1 / 3, 2 / 3]], dtype=torch.float64)
+TRAINED = {"head.w": torch.tensor([[1.0], [10.0], [100.0]], dtype=torch.float64)}
+
+
+def _mixed(update, perm=None):
+    M = head_mixing(W_BY_ID, update, None if perm is None else torch.tensor(perm))
+    return mix(TRAINED, M)["head.w"].flatten().tolist()
+
+
+def test_simultaneous_head_update_mixes_the_trained_heads():
+    # φ_0 = ½·1 + ¼·10 + ¼·100 = 28;  φ_1 = ½·1 + ½·10 = 5.5;  φ_2 = ⅓·10 + ⅔·100 = 70
+    assert _mixed("simultaneous") == pytest.approx([28.0, 5.5, 70.0], abs=1e-12)
+
+
+def test_sequential_inplace_head_update_visits_clients_by_ascending_id_and_reuses_updated_heads():
+    """The code's aggregate_heads_diff: ``for cid in sorted(uploaded_ids)`` ... ``set_head`` on the very modules the
+    upload list references, so a later client mixes heads already replaced in this round."""
+    # φ_0 = ½·1 + ¼·10 + ¼·100 = 28;  φ_1 = ½·φ_0 + ½·10 = 19 (client 0 already updated);  φ_2 = ⅓·φ_1 + ⅔·100 = 73
+    assert _mixed("sequential_inplace") == pytest.approx([28.0, 19.0, 73.0], abs=1e-12)
+
+
+def test_upload_order_pairing_applies_the_weight_of_id_j_to_the_jth_uploaded_head():
+    """The code zips the id-indexed weights with ``uploaded_heads``, which are in ``random.sample`` order. Upload order
+    [2, 0, 1]: position 0 holds client 2's head, 1 client 0's, 2 client 1's; client k gets Σ_j W[k, j]·head(perm[j])."""
+    perm = [2, 0, 1]
+    # simultaneous: φ_0 = ½·100 + ¼·1 + ¼·10 = 52.75;  φ_1 = ½·100 + ½·1 = 50.5;  φ_2 = ⅓·1 + ⅔·10 = 7
+    assert _mixed("simultaneous", perm) == pytest.approx([52.75, 50.5, 7.0], abs=1e-12)
+    # the code (both): φ_0 = 52.75;  φ_1 = ½·100 + ½·φ_0 = 76.375;  φ_2 = ⅓·φ_0 + ⅔·φ_1 = 68.5
+    assert _mixed("sequential_inplace", perm) == pytest.approx([52.75, 76.375, 68.5], abs=1e-12)
+    assert _mixed("sequential_inplace", [0, 1, 2]) == _mixed("sequential_inplace")   # identity order = by id
+
+
+def test_head_update_options_reach_the_server_round(tmp_path):
+    """A whole FedReMa round with the code's options equals the hand-written loop of the code on the same uploads."""
+    run, algo = _setup(tmp_path, "algorithm.head_update=sequential_inplace", "algorithm.head_pairing=upload_order",
+                       "algorithm.relevant_weights=uniform")
+    K, clients = algo.K, torch.arange(algo.K)
+    res = _uploads(algo, 1, clients)
+    S = _loop_similarity(algo, 1, res)
+    algo.round(1, clients)
+    from fedbench import seeding
+
+    perm = seeding.rng(algo.seed, "upload_order", 1).permutation(K)            # uploaded_heads[j] = client perm[j]
+    heads = {name: [res.params[name][perm[j]].clone() for j in range(K)] for name in algo.head_names}
+    position = {int(perm[j]): j for j in range(K)}
+    for cid in range(K):                                                         # sorted(self.uploaded_ids)
+        chosen, _ = _code_mds(S[cid])
+        w = [1 / len(chosen) if j in chosen else 0.0 for j in range(K)]           # weights[id] = 1/num_agg
+        for name in algo.head_names:
+            new = sum(w[j] * heads[name][j] for j in range(K))                    # zip(weights, uploaded_heads)
+            heads[name][position[cid]] = new                                      # set_head: in place
+    for cid in range(K):
+        for name in algo.head_names:
+            assert torch.allclose(algo.phi[name][cid], heads[name][position[cid]], atol=1e-12), (cid, name)
+    run2, simultaneous = _setup(tmp_path / "b")
+    simultaneous.round(1, clients)
+    assert not torch.allclose(simultaneous.phi[algo.head_names[0]], algo.phi[algo.head_names[0]])
+
+
 # ---- prototypes (+F) ------------------------------------------------------------------------------------
 def test_prototype_alignment_by_hand():
     h = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
     loss = prototype_alignment(h, torch.tensor([0, 1]), torch.tensor([[0.0, 0.0], [1.0, 1.0]]),
                                torch.tensor([True, False]))
     assert loss.item() == pytest.approx((1 + 4) / 4)     # class 1 has no prototype: adds 0, still counted
+
+
+def _fedrema_f(tmp_path, drop_last):
+    cfg = make_cfg("algorithm=fedrema_f", "model=tiny_cnn", "hardware.precision=fp64", "partition=dominant_groups",
+                   "partition.samples_per_client=60", "clients=4", "batch_size=20", f"drop_last={drop_last}")
+    run = Run(cfg, tmp_path)
+    run.setup()
+    return run.algorithm
+
+
+def _hand_class_means(algo, res, m, idx):
+    """Eval-mode body features of client m's trained model on the pool samples ``idx``, averaged per class."""
+    fm, data = algo.fm, algo.data
+    p = {k: v[m] for k, v in res.params.items()}
+    b = {k: v[m] for k, v in res.buffers.items()}
+    fm.set_mode(False)
+    with torch.no_grad():
+        h = fm.features(p, b, data.x[torch.as_tensor(idx)]).flatten(1)
+    fm.set_mode(True)
+    y = data.y[torch.as_tensor(idx)]
+    return {c: h[y == c].mean(0) for c in y.unique().tolist()}, torch.bincount(y, minlength=data.num_classes)
+
+
+@pytest.mark.parametrize("drop_last", [True, False])
+def test_fedrema_f_prototypes_are_class_means_of_one_shuffled_train_epoch_as_the_code(tmp_path, drop_last):
+    """Code ``collect_protos``: eval mode, one pass over ``load_train_data()`` — the client's TRAIN split in a shuffled
+    DataLoader with drop_last=True, so with B = 20 and 48 train samples only 40 (two batches) enter the means."""
+    from fedbench.engine.schedule import make_schedule
+
+    algo = _fedrema_f(tmp_path, drop_last)
+    clients = torch.arange(algo.K)
+    res = _uploads(algo, 1, clients)
+    means, counts = algo.client_prototypes(1, clients, res)
+    n = algo.n.tolist()
+    assert n == [48] * algo.K                                             # 60 samples, 20 % held out for testing
+    assert counts.sum(1).tolist() == ([40] * algo.K if drop_last else n)
+    epoch = make_schedule([algo.data.train_idx[k] for k in range(algo.K)], list(range(algo.K)), 20, algo.seed,
+                          "protos", 1, epochs=1, drop_last=drop_last)
+    for m in range(algo.K):
+        used = torch.cat(epoch[m]).numpy()
+        assert set(used) <= set(algo.data.train_idx[m].tolist())          # never a test sample
+        want, want_counts = _hand_class_means(algo, res, m, used)
+        assert counts[m].tolist() == want_counts.tolist()
+        for c, v in want.items():
+            assert torch.allclose(means[m, c], v, atol=1e-12), (m, c)
+    if not drop_last:                                                     # all train samples: the partition's counts
+        assert counts.tolist() == algo.data.counts.tolist()
 
 
 # ---- the server round: vectorized == a per-client loop transcribing the code ------------------------------
@@ -246,7 +354,8 @@ def test_a_fedrema_run_logs_every_diagnostic(tmp_path, capsys):
 
 
 def test_bad_fedrema_options_fail_before_training(tmp_path):
-    for bad in ("algorithm.delta=1.5", "algorithm.relevant_weights=median"):
+    for bad in ("algorithm.delta=1.5", "algorithm.relevant_weights=median", "algorithm.head_update=parallel",
+                "algorithm.head_pairing=random"):
         with pytest.raises(ConfigError) as e:
             run_cfg(make_cfg("algorithm=fedrema", bad), tmp_path / bad.replace("=", "_"))
         assert bad.split("=")[0] in str(e.value)

@@ -1,17 +1,22 @@
 """FedReMa (Liang et al., ECAI 2024): personalized FL via the most relevant clients.
 
-Spec: shared/spec/fedrema.md (tags [P] paper, [C] official code, [REC] our choice). Algorithm 2:
+Algorithm 2 of the paper ([P] paper, [C] the official code github.com/liangh68/FedReMa, [REC] our choice):
 
-* clients train their full model {θ, φ_k} with plain CE (FedAvg clients, §3);
+* clients train their full model {θ, φ_k} with plain CE (FedAvg clients, Alg. 2 l. 2-6);
 * the server averages the feature extractors θ̂_k by n_k (Eq. 6) and aggregates the classifiers (heads)
   per client: during the critical co-learning period (CCP) by maximum difference segmentation (MDS,
   Alg. 1) of the soft-logit similarity matrix S (Eq. 5) with head weights of Eq. 7, counting the chosen
   peers in the dependency map G; the CCP ends for good when the round's mean max-difference falls below
   δ times its historical maximum (Eq. 8-9); afterwards heads are the G-weighted averages of Eq. 10.
 
-Variants of Table 4 (spec §7): +F aligns body features to the server's class prototypes, +A trains the
-head and then the body in two phases. All options live in conf/algorithm/fedrema.yaml.
-The server rules are the pure tensor functions below (batched over all clients, no loops over pairs).
+How the heads are mixed (``head_update``, ``head_pairing``): Eq. 7/10 as written compute every φ_k from the round's
+uploaded heads by client id; the code visits the clients by ascending id and writes each new head into the module the
+upload list references (later clients mix heads already replaced this round), and it pairs the id-indexed weights with
+the heads in their random upload order. Both are one mixing matrix (:func:`head_mixing`).
+
+Variants of Table 4: +F aligns body features to the server's class prototypes, +A trains the head and then the body
+in two phases. All options live in conf/algorithm/fedrema.yaml. The server rules are the pure tensor functions below
+(batched over all clients, no loops over pairs).
 """
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ from .. import seeding
 from ..config import boolean, int_at_least, number, one_of
 from ..engine.executor import LocalResult
 from ..engine.functional import cross_entropy
+from ..engine.schedule import make_schedule
 from ..engine.stack import broadcast, mix, rows, select, set_rows, weighted_mean
 from ..errors import ConfigError
 from ..loggers import ConsoleSink
@@ -40,7 +46,7 @@ def soft_logit_similarity(fm, heads, head_buffers, probes: torch.Tensor, tempera
 
     ``heads``/``head_buffers``: stacked head parameters (names ``head.*``) of N clients; ``probes``: [N, d],
     row k is client k's probe h_k. φ(h) runs the whole head (all FC layers) in eval mode. T = 1 for the
-    peers as in the code (spec §9.2) unless ``symmetric`` (the paper: M for everybody).
+    peers as in the code (``compute_similarity_guassian``) unless ``symmetric`` (the paper: M for everybody).
     """
     fm.set_mode(False)
     try:
@@ -61,7 +67,7 @@ def mds(S: torch.Tensor, ignore_self_gap: bool = True) -> tuple[torch.Tensor, to
     Sort row k ascending, take the gaps between neighbours, split at the largest gap and keep the entries
     above it: returns (A [R, N] bool, A[k, i] = i is in client k's relevant set; Δs* [R], the gaps).
     ``ignore_self_gap`` drops the last gap (the jump to the self-entry, which is 1) as the code does
-    (spec §9.3); without it A_k is often {k}. On ties the first (lowest) largest gap wins, i.e. the larger
+    (``sim_diff[:-1]``); without it A_k is often {k}. On ties the first (lowest) largest gap wins, i.e. the larger
     set (``np.argmax`` in the code). [REC] A row without any positive gap (all peers tie, or N ≤ 2 so no gap
     is left) keeps every client: a zero gap separates nothing (the code would drop one arbitrary client,
     or fail for N = 2). Client k itself is always in A_k.
@@ -84,7 +90,8 @@ def mds(S: torch.Tensor, ignore_self_gap: bool = True) -> tuple[torch.Tensor, to
 
 
 def relevant_weights(A: torch.Tensor, n: torch.Tensor, by_samples: bool = True) -> torch.Tensor:
-    """Eq. 7 as a matrix: ``W[k, i] = n_i / Σ_{A_k} n`` for i ∈ A_k (``by_samples``, the paper) or ``1/|A_k|`` (the code)."""
+    """Eq. 7 as a matrix: ``W[k, i] = n_i / Σ_{A_k} n`` for i ∈ A_k (``by_samples``: the paper's weights by sample count)
+    or ``1/|A_k|`` (the code's uniform weights); the same when all n_k are equal, as in the paper's tables."""
     w = A.to(torch.float64) * (n.to(torch.float64).unsqueeze(0) if by_samples else 1.0)
     return w / w.sum(1, keepdim=True)
 
@@ -96,6 +103,36 @@ def dependency_weights(G: torch.Tensor) -> torch.Tensor:
     eye = torch.eye(G.shape[0], dtype=G.dtype, device=G.device)
     tot = G.sum(1, keepdim=True)
     return torch.where(tot > 0, G / tot.clamp(min=1e-300), eye)
+
+
+def head_mixing(W: torch.Tensor, update: str = "simultaneous", upload_perm: torch.Tensor | None = None) -> torch.Tensor:
+    """The matrix M with ``new heads = M @ uploaded heads`` for the Eq. 7/10 weights ``W`` [N, N] (row k: client k's
+    weights by client id, clients in ascending id order).
+
+    ``upload_perm`` (the code's ``zip(weights, uploaded_heads)``): the j-th uploaded head is client ``upload_perm[j]``'s,
+    and the weight of the j-th client by id goes to it, i.e. column ``upload_perm[j]`` gets ``W[:, j]``; None = by id.
+    ``update="simultaneous"``: Eq. 7/10 as written, M = W. ``"sequential_inplace"``: the code's loop over the clients
+    in ascending id order that overwrites each client's head before the next client mixes, so row k of M combines
+    the already updated rows < k: ``M[k] = W[k] @ M`` with M starting as the identity.
+    """
+    if upload_perm is not None:
+        paired = torch.empty_like(W)
+        paired[:, upload_perm.to(W.device)] = W
+        W = paired
+    if update == "simultaneous":
+        return W
+    M = torch.eye(W.shape[0], dtype=W.dtype, device=W.device)
+    for k in range(W.shape[0]):
+        M[k] = W[k] @ M
+    return M
+
+
+def round_probes(seed: int, t: int, num_clients: int, dim: int, scale: float, clients: torch.Tensor,
+                 dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The probes h_k ~ U[0, scale)^d of Eq. 5 for round t, one per client (all K drawn at once, keyed by (seed, t),
+    so a client's probe does not depend on who else takes part), rows for ``clients``."""
+    g = seeding.torch_generator(seed, "probe", t)
+    return (torch.rand(num_clients, dim, generator=g, dtype=dtype) * float(scale))[clients.long().cpu()]
 
 
 def ccp_continues(history: list[float], delta: float) -> bool:
@@ -119,6 +156,8 @@ class FedReMa(Algorithm):
         for key, check in (("delta", number(0, 1)), ("temperature", number(0, lo_open=True)),
                            ("probe_scale", number(0, lo_open=True)), ("lam", number(0)),
                            ("relevant_weights", one_of("samples", "uniform")), ("plot_every", int_at_least(0)),
+                           ("head_update", one_of("simultaneous", "sequential_inplace")),
+                           ("head_pairing", one_of("by_id", "upload_order")),
                            *((k, boolean()) for k in ("symmetric_temperature", "ignore_self_gap", "ccp", "align",
                                                        "alternate", "head_phase_clip"))):
             self.checked_hp(key, check)
@@ -150,7 +189,7 @@ class FedReMa(Algorithm):
         buffers = {**broadcast(self.theta_buf, m), **rows(self.phi_buf, clients)}
         res, metrics = self.client_update(t, clients, params, buffers)
         if hp.align:                                                            # clients upload class means (+F)
-            self.protos, self.has_proto = self.prototypes(clients, res)
+            self.protos, self.has_proto = self.prototypes(t, clients, res)
         self.theta = weighted_mean(select(res.params, self.body_names), n)      # Eq. 6
         self.theta_buf = weighted_mean(select(res.buffers, self.body_bufs), n)
         heads, head_buf = select(res.params, self.head_names), select(res.buffers, self.head_bufs)
@@ -168,13 +207,17 @@ class FedReMa(Algorithm):
                 self.announce_ccp_end(t)
         else:
             W = dependency_weights(self.G[ids][:, ids])                          # Eq. 10 (G frozen)
-        set_rows(self.phi, clients, mix(heads, W))                              # φ_k^(t) = Σ_i W_ki φ̂_i
-        set_rows(self.phi_buf, clients, mix(head_buf, W))
+        perm = None                                                             # the code's random upload order
+        if hp.head_pairing == "upload_order":
+            perm = torch.as_tensor(seeding.rng(self.seed, "upload_order", t).permutation(m))
+        M = head_mixing(W, hp.head_update, perm)
+        set_rows(self.phi, clients, mix(heads, M))                              # φ_k^(t) = Σ_i M_ki φ̂_i
+        set_rows(self.phi_buf, clients, mix(head_buf, M))
         metrics.update(self.diagnostics(t, clients, S, A, gaps, was_ccp))
         return metrics
 
     def diagnostics(self, t, clients, S, A, gaps, was_ccp) -> dict:
-        """Spec §11: Δs̄_t and its running max, the CCP flag, |A_k| (CCP rounds); S every ``plot_every`` rounds
+        """Per round (the code's logs, Fig. 3): Δs̄_t and its running max, the CCP flag, |A_k| (CCP rounds); S every ``plot_every`` rounds
         (+ round 1, the CCP's last round, the last round); the per-round history kept for ``finish``."""
         ids = clients.long().cpu()
         full_gaps = torch.full((self.K,), float("nan"), dtype=torch.float64)   # Δs*_k by client id (NaN: not sampled)
@@ -197,7 +240,7 @@ class FedReMa(Algorithm):
         return out
 
     def client_update(self, t, clients, params, buffers) -> tuple[LocalResult, dict]:
-        """Local training: plain CE (FedReMa, §3); +F adds λ·MSE(h, P̄_y); +A trains the head, then the body (§7)."""
+        """Local training: plain CE (Alg. 2); +F adds λ·MSE(h, P̄_y); +A trains the head, then the body (Table 4)."""
         hp = self.hp
         loss = self.aligned_loss if hp.align else cross_entropy
         shared = {"protos": self.protos, "has_proto": self.has_proto} if hp.align else None
@@ -213,27 +256,32 @@ class FedReMa(Algorithm):
         return res, {"train/loss": res.loss.mean().item(), "train/loss_head_phase": first.loss.mean().item()}
 
     def aligned_loss(self, fm, p, b, x, y, ctx):
-        """+F for ONE client (pure, runs under vmap): CE + λ·MSE(h, P̄_y) (code ``train_with_proto``; spec §7)."""
+        """+F for ONE client (pure, runs under vmap): CE + λ·MSE(h, P̄_y) (code ``train_with_proto``, Table 4)."""
         h = fm.features(p, b, x)
         ce = F.cross_entropy(fm.head(p, b, h), y)
         return ce + float(self.hp.lam) * prototype_alignment(h.flatten(1), y, ctx["protos"], ctx["has_proto"])
 
-    def prototypes(self, clients, res: LocalResult):
-        """+F: each client's class means of its trained body's features on its train set (code ``collect_protos``,
-        eval mode, all samples [REC]), averaged per class over the clients that have it (``proto_aggregation``)."""
-        idx = [self.data.train_idx[k] for k in clients.tolist()]
+    def client_prototypes(self, t, clients, res: LocalResult) -> tuple[torch.Tensor, torch.Tensor]:
+        """+F: each client's class means of its trained body's features (code ``collect_protos``): eval mode, one pass
+        over ``load_train_data()`` — its train split, shuffled, in batches of B with drop_last as the run's
+        ``drop_last`` (the code: true, so the last incomplete batch's samples are left out). (means [M, C, d], counts)."""
+        ids = clients.tolist()
+        epoch = make_schedule([self.data.train_idx[k] for k in ids], ids, int(self.cfg.batch_size), self.seed, "protos",
+                              t, epochs=1, drop_last=bool(self.cfg.drop_last), device=self.data.x.device)
+        idx = [torch.cat(b).cpu().numpy() if b else np.empty(0, np.int64) for b in epoch]
         feats = client_outputs(self.run, self.fm.features, res.params, res.buffers, idx)
-        means, counts = class_means(feats, [self.data.y[self.data.tensor(i)] for i in idx], self.data.num_classes)
-        return global_prototypes(means, counts)
+        return class_means(feats, [self.data.y[self.data.tensor(i)] for i in idx], self.data.num_classes)
+
+    def prototypes(self, t, clients, res: LocalResult):
+        """+F: P̄_c = mean of the clients' class-c means over the clients that have class c (``proto_aggregation``)."""
+        return global_prototypes(*self.client_prototypes(t, clients, res))
 
     def similarity(self, t, clients, heads, head_buf) -> torch.Tensor:
-        """S^(t) over the round's clients, one fresh probe h_k ~ U[0, probe_scale)^d per client (spec §4.2)."""
+        """S^(t) over the round's clients, one fresh probe h_k ~ U[0, probe_scale)^d per client (Eq. 5)."""
         x = self.data.x
-        g = seeding.torch_generator(self.seed, "probe", t)    # all K probes of round t in one draw
-        probes = torch.rand(self.K, self.feature_dim, generator=g, dtype=x.dtype) * float(self.hp.probe_scale)
-        probes = probes[clients.long()].to(x.device)
+        probes = round_probes(self.seed, t, self.K, self.feature_dim, float(self.hp.probe_scale), clients, x.dtype)
         with torch.no_grad():
-            return soft_logit_similarity(self.fm, heads, head_buf, probes, float(self.hp.temperature),
+            return soft_logit_similarity(self.fm, heads, head_buf, probes.to(x.device), float(self.hp.temperature),
                                          bool(self.hp.symmetric_temperature))
 
     def announce_ccp_end(self, t: int) -> None:
@@ -270,4 +318,5 @@ class FedReMa(Algorithm):
                 "dependency_map": self.G.cpu().tolist()}
 
 
-__all__ = ["FedReMa", "soft_logit_similarity", "mds", "relevant_weights", "dependency_weights", "ccp_continues"]
+__all__ = ["FedReMa", "soft_logit_similarity", "mds", "relevant_weights", "dependency_weights", "head_mixing",
+           "round_probes", "ccp_continues"]
