@@ -12,11 +12,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
 import torch
 from omegaconf import OmegaConf
+
+from .errors import WriteFailed
 
 # keys that do not change a run's results (so changing them still resumes the same run)
 NEUTRAL = ("hydra", "resume", "logger", "checkpoint", "cache_dir", "data_root")
@@ -75,27 +78,35 @@ def directory(run_dir: Path) -> Path:
 
 
 def save(run_dir: Path, t: int, state: dict, keep: int = 2) -> Path:
-    """Write ``state`` for round ``t`` atomically; keep the newest ``keep`` checkpoints."""
+    """Write ``state`` for round ``t`` atomically; keep the newest ``keep`` checkpoints.
+
+    A failed write (disk full, quota, ...) leaves no temporary file and no half checkpoint; the older checkpoints are
+    only removed after the new one is complete. It raises :class:`~fedbench.errors.WriteFailed` (path and cause)."""
+    from .rundir import atomic
+
     d = directory(run_dir)
-    d.mkdir(parents=True, exist_ok=True)
     path = d / f"round_{t:06d}.pt"
-    tmp = path.with_suffix(".pt.tmp")
-    with open(tmp, "wb") as f:
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise WriteFailed(d, e) from None
+    with atomic(path, "wb") as f:
         torch.save(_pack({"round": t, **state}), f)
         f.flush()
         os.fsync(f.fileno())
-    digest = _sha256(tmp)
-    os.replace(tmp, path)
-    side = path.with_suffix(".sha256")
-    side.with_suffix(".tmp").write_text(digest)
-    os.replace(side.with_suffix(".tmp"), side)
+        with atomic(path.with_suffix(".sha256")) as side:   # before the checkpoint appears (it is never loaded without)
+            side.write(_sha256(Path(f.name)))
     for old in sorted(d.glob("round_*.pt"))[:-keep]:
         old.unlink(missing_ok=True)
         old.with_suffix(".sha256").unlink(missing_ok=True)
     return path
 
 
-def load_latest(run_dir: Path, device, warn=print) -> dict | None:
+def _warn(msg: str) -> None:
+    print(msg, file=sys.stderr)
+
+
+def load_latest(run_dir: Path, device, warn=_warn) -> dict | None:
     """The newest intact checkpoint (checksum verified), falling back to older ones; None if none."""
     for path in sorted(directory(run_dir).glob("round_*.pt"), reverse=True):
         side = path.with_suffix(".sha256")

@@ -7,7 +7,6 @@ allowed) with exit code 2, before anything runs — for every value of a multiru
 from __future__ import annotations
 
 import gc
-import json
 import os
 import sys
 from pathlib import Path
@@ -17,10 +16,9 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from .config import dirname
-from .errors import ConfigError, RunFailed
+from .errors import ConfigError, Diverged, RunDirBusy, RunFailed
 from .preemption import Preempted
-
-FAILED_JOBS: list[int] = []   # exit codes of the jobs of a multirun that failed (the sweep goes on)
+from .sweep import SWEEP_FAILED, journal
 CONF_DIR = Path(os.environ.get("FEDBENCH_CONF", Path(__file__).resolve().parent.parent / "conf"))
 GROUPS = ("algorithm", "dataset", "partition", "model", "hardware", "logger", "experiment")
 
@@ -57,15 +55,19 @@ def precheck(args: list[str]) -> None:
 
     from .config import validate
 
-    raw = [a for a in args if "=" in a and not a.startswith("-")]
+    raw = [a for a in args if ("=" in a or a.startswith("~")) and not a.startswith("-")]
     try:
         parsed = OverridesParser.create().parse_overrides(raw)
     except HydraException as e:
         fail(f"cannot parse overrides: {str(e).splitlines()[0]}")
-    groups, keys = [], []
+    _check_output_dir(parsed, any(a in ("-m", "--multirun") for a in args))
+    groups, keys, deleted = [], [], []
     for o in parsed:
         key = o.key_or_group
-        if key.startswith("hydra") or o.is_delete():
+        if key.startswith("hydra"):
+            continue
+        if o.is_delete():   # ~key / ~group: every key of the config is used by the run
+            deleted.append(key)
             continue
         if key.split("/")[0] in GROUPS:   # a group, or a group nested in one (experiment/cafeme/column@_global_=...)
             allowed = options(key)
@@ -82,8 +84,13 @@ def precheck(args: list[str]) -> None:
             cfg = compose("config", overrides=base)
         except HydraException:
             return  # let Hydra report what it cannot compose
+        for key in deleted:
+            if key.split("/")[0] in GROUPS:
+                fail(f"invalid config: ~{key} removes a required group — choose one of {', '.join(options(key))}")
+            if _node(cfg, key) is not None:
+                fail(f"invalid config: {key}=<removed> — the run needs it: {_allowed(cfg, key)} (remove the ~)")
         for o in keys:
-            if not (o.is_add() or o.is_force_add()) and OmegaConf.select(cfg, o.key_or_group, default="<missing>") == "<missing>":
+            if not (o.is_add() or o.is_force_add()) and _node(cfg, o.key_or_group) is None:
                 fail(f"invalid config: unknown key {o.key_or_group!r} — see `fedbench --cfg job` for the keys "
                      f"(use +{o.key_or_group}=... to add a new one)")
         # vary one override at a time over its sweep values; every resulting config must validate
@@ -96,7 +103,10 @@ def precheck(args: list[str]) -> None:
                 todo.append(combo)
         for combo in todo:
             try:
-                validate(compose("config", overrides=combo))
+                composed = compose("config", overrides=combo)
+                _resolve_all(composed, combo)
+                _check_types(cfg, composed, [o.key_or_group for o in keys if not (o.is_add() or o.is_force_add())])
+                validate(composed)
             except ConfigError as e:
                 fail(str(e))
             except HydraException as e:
@@ -104,37 +114,158 @@ def precheck(args: list[str]) -> None:
     GlobalHydra.instance().clear()
 
 
+def _node(cfg, key: str):
+    """The config node at a dotted key without resolving it (``???`` and interpolations count as present), or None."""
+    from omegaconf import DictConfig
+
+    node = cfg
+    for part in key.split("."):
+        if not isinstance(node, DictConfig):
+            return None
+        node = node._get_node(part, validate_access=False)
+        if node is None:
+            return None
+    return node
+
+
+def _allowed(cfg, key: str) -> str:
+    """What a key takes: its check's wording if it has one, else a value like its default."""
+    from omegaconf import OmegaConf
+
+    from .config import CHECKS
+
+    if key in CHECKS:
+        return CHECKS[key][1]
+    default = OmegaConf.select(cfg, key, throw_on_resolution_failure=False, throw_on_missing=False)
+    return f"{_kind(default)} like the default {OmegaConf.to_container(default) if OmegaConf.is_config(default) else default!r}"
+
+
+def _kind(v) -> str:
+    from omegaconf import DictConfig, ListConfig
+
+    if isinstance(v, bool):
+        return "true or false"
+    if isinstance(v, (int, float)):
+        return "a number"
+    if isinstance(v, str):
+        return "a string"
+    if isinstance(v, ListConfig):
+        return "a list"
+    if isinstance(v, DictConfig):
+        return "a mapping or null"
+    return "a value"
+
+
+def _check_types(defaults, cfg, keys: list[str]) -> None:
+    """Each overridden key has the type of its default (number, true/false, string, list, mapping); keys with a
+    check of their own (fedbench.config.CHECKS) are left to it, keys whose default is null take anything."""
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+
+    from .config import CHECKS
+
+    for key in keys:
+        if key in CHECKS:
+            continue
+        d = OmegaConf.select(defaults, key, throw_on_resolution_failure=False, throw_on_missing=False)
+        v = OmegaConf.select(cfg, key)
+        if d is None:
+            continue
+        if isinstance(d, bool):
+            ok = isinstance(v, bool)
+        elif isinstance(d, (int, float)):   # ints and floats alike: integer-only keys have their own check
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool)
+        elif isinstance(d, str):
+            ok = isinstance(v, str)
+        elif isinstance(d, ListConfig):
+            ok = isinstance(v, ListConfig)
+        else:
+            ok = v is None or isinstance(v, DictConfig) if isinstance(d, DictConfig) else True
+        if not ok:
+            shown = OmegaConf.to_container(v) if OmegaConf.is_config(v) else v
+            raise ConfigError(key, shown, _allowed(defaults, key))
+
+
+def _resolve_all(cfg, combo: list[str]) -> None:
+    """Every interpolation resolves and every required (``???``) value is given, or one line naming the key."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
+
+    try:
+        OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+    except MissingMandatoryValue as e:
+        key = getattr(e, "full_key", "?")
+        raise ConfigError(key, "???", f"a value is required (add {key}=...)") from None
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", "?")
+        typed = next((c.split("=", 1)[1] for c in combo if c.lstrip("+~").split("=", 1)[0] == key), None)
+        node = _node(cfg, key)
+        value = typed if typed is not None else (node._value() if node is not None else "?")
+        raise ConfigError(key, value, f"a value or an interpolation that resolves ({str(e).splitlines()[0]})") from None
+
+
+def _check_output_dir(parsed, multirun: bool) -> None:
+    """The run (or sweep) dir can be made: no existing file on its path, its nearest existing parent writable."""
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    given = next((o for o in parsed if o.key_or_group == key and not o.is_delete()), None)
+    template = _values(given)[0].strip("'\"") if given else ("outputs/multirun" if multirun else "outputs/runs/x")
+    static = template.split("${", 1)[0]
+    path = Path(static if static == template else os.path.dirname(static) or ".")
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    if path.exists() and not path.is_dir():
+        fail(f"invalid config: {key}={template!r} — a directory path ({path} is an existing file)")
+    if path.exists() and not os.access(path, os.W_OK | os.X_OK):
+        fail(f"invalid config: {key}={template!r} — a writable location ({path} is not writable)")
+
+
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
 def _task(cfg: DictConfig):
-    from .run import Run
+    from .run import Run, describe
 
     hc = HydraConfig.get()
     multirun = hc.mode is not None and hc.mode.name == "MULTIRUN"
     group = Path(hc.sweep.dir).name if multirun else None
+    run_dir = Path(hc.runtime.output_dir)
+    provenance = {"config.yaml": cfg, "hydra.yaml": HydraConfig.instance().cfg, "overrides.yaml": hc.overrides.task}
+    outcome, error, code = "complete", None, 0
     try:
-        summary = Run(cfg, hc.runtime.output_dir, group=group).execute()
-    except ConfigError as e:
-        if multirun:  # e.g. one dataset of a grid is missing: report it, mark the dir, run the other jobs
-            print(f"fedbench: {e} (job {hc.job.num}: {hc.runtime.output_dir})", file=sys.stderr)
-            status = Path(hc.runtime.output_dir) / "status.json"
-            if not status.exists():
-                status.write_text(json.dumps({"status": "failed", "error": str(e)}))
-            FAILED_JOBS.append(2)
-            return None
-        fail(str(e), 2)
+        summary = Run(cfg, run_dir, group=group, provenance=provenance).execute()
     except Preempted as e:
-        print(f"fedbench: {e} received: checkpoint saved in {hc.runtime.output_dir}; re-run the same command to resume",
-              file=sys.stderr, flush=True)
+        saved = getattr(e, "checkpoint", None)
+        where = f"checkpoint saved in {run_dir}" if saved else f"nothing to save yet in {run_dir}"
+        print(f"fedbench: {e} received: {where}; re-run the same command to resume", file=sys.stderr, flush=True)
         sys.exit(128 + e.signum)
-    except RunFailed as e:
-        if multirun:  # one diverged run must not stop the sweep; it is marked failed in its dir
-            print(f"fedbench: run failed: {e}", file=sys.stderr)
-            FAILED_JOBS.append(1)
-            return None
-        fail(f"run failed: {e}", 1)
+    except Exception as e:   # one line, never a traceback; in a sweep the next job goes on
+        e = _as_typed(e, cfg, hc)
+        code = 2 if isinstance(e, ConfigError) else 1
+        outcome = "busy" if isinstance(e, RunDirBusy) else "diverged" if isinstance(e, Diverged) else "failed"
+        error = describe(e) if not isinstance(e, RunDirBusy) else str(e)
+        if not isinstance(e, (ConfigError, RunFailed, RunDirBusy)):
+            error = f"run failed: {error}"
+            if getattr(e, "traceback_file", None):
+                error += f" (traceback in {e.traceback_file})"
+        if not multirun:
+            fail(error, code)
+        print(f"fedbench: job {hc.job.num} ({run_dir}): {error}", file=sys.stderr, flush=True)
+        summary = None
     finally:
         gc.collect()  # a run's objects reference each other; free its data and models before the sweep's next job
-    return summary.get("metrics")
+    if multirun:   # one line per job in <sweep dir>/jobs.jsonl: the sweep's summary reads it (any launcher)
+        journal(Path(hc.sweep.dir), {"launch": os.environ.get("FEDBENCH_LAUNCH"), "job": hc.job.num, "dir": str(run_dir),
+                                      "status": outcome, "error": error})
+    return summary.get("metrics") if summary else None
+
+
+def _as_typed(e: Exception, cfg, hc) -> Exception:
+    """A config error about a group names the option the user chose (``model=tiny_cnn``), not the model's internal
+    name (``cnn``)."""
+    from omegaconf import OmegaConf
+
+    if isinstance(e, ConfigError) and e.key in GROUPS and isinstance(e.value, str):
+        chosen = hc.runtime.choices.get(e.key)
+        if chosen and e.value == OmegaConf.select(cfg, f"{e.key}.name") and chosen != e.value:
+            return ConfigError(e.key, chosen, e.allowed)
+    return e
 
 
 def table_note(args: list[str]) -> str | None:
@@ -178,10 +309,8 @@ def main() -> None:
             pos = next((i for i, a in enumerate(sys.argv) if i and "=" in a and not a.startswith("-")), len(sys.argv))
             sys.argv.insert(pos, f"hydra.sweep.dir='{sweep_dir(args)}'")
     _task()
-    if FAILED_JOBS:
-        print(f"fedbench: {len(FAILED_JOBS)} job(s) of the sweep failed (see the messages above and their status.json)",
-              file=sys.stderr)
-        sys.exit(max(FAILED_JOBS))
+    if SWEEP_FAILED:   # the sweep's summary line was printed by SweepSummary
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -57,6 +57,21 @@ def device():
     return lambda v: isinstance(v, str) and re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", v) is not None, "auto, cpu, cuda or cuda:<index>"
 
 
+def text(optional=False):
+    return (lambda v: (v is None and optional) or (isinstance(v, str) and v != ""),
+            "a non-empty string" + (" or null" if optional else ""))
+
+
+def list_of(ok_item, allowed: str, length: int | None = None):
+    from omegaconf import ListConfig
+
+    return (lambda v: isinstance(v, (list, ListConfig)) and (length is None or len(v) == length) and all(ok_item(x) for x in v),
+            allowed)
+
+
+F32_MAX = 3.4e38   # a larger learning rate is inf in float32: the first step would wipe the model
+
+
 CHECKS: dict[str, tuple] = {
     "seed": int_at_least(0),
     "partition.seed": int_at_least(0),
@@ -66,19 +81,51 @@ CHECKS: dict[str, tuple] = {
     "local_epochs": int_at_least(1),
     "batch_size": int_at_least(1),
     "drop_last": boolean(),
-    "lr": number(0, None, lo_open=True),
+    "lr": number(0, F32_MAX, lo_open=True),
     "eval_every": int_at_least(1),
     "optim.name": one_of("sgd", "adam"),
+    "optim.lr": number(0, F32_MAX, lo_open=True),
     "optim.momentum": number(0, 1, hi_open=True),
     "optim.weight_decay": number(0, None),
     "optim.nesterov": boolean(),
     "optim.clip_grad_norm": number(0, None, lo_open=True, optional=True),
     "optim.persistent_state": boolean(),
     "optim.lr_decay_round": (lambda v: v is None or (_is_int(v) and v >= 0), "null or a round >= 0"),
-    "optim.lr_decay_to": number(0, None, lo_open=True, optional=True),
+    "optim.lr_decay_to": number(0, F32_MAX, lo_open=True, optional=True),
     "eval.final_window": int_at_least(1),
     "eval.personalized": boolean(),
     "eval.global_model": boolean(),
+    # optional diagnostics: their values are checked even while they are off (ranges as in forgetting.py, similarity.py)
+    "eval.forgetting.enabled": boolean(),
+    "eval.forgetting.every": int_at_least(1),
+    "eval.forgetting.draw_every": int_at_least(0),
+    "eval.forgetting.gamma": number(0, 1, lo_open=True),
+    "eval.forgetting.xi": number(0, None, lo_open=True),
+    "eval.similarity.enabled": boolean(),
+    "eval.similarity.every": int_at_least(1),
+    "eval.similarity.temperature": number(0, None, lo_open=True),
+    "eval.similarity.probe_scale": number(0, None, lo_open=True),
+    "eval.similarity.symmetric_temperature": boolean(),
+    "eval.similarity.ignore_self_gap": boolean(),
+    "eval.similarity.save_rounds": list_of(lambda x: _is_int(x) and x >= 1, "a list of rounds >= 1, e.g. [1, 50, 100, 150]"),
+    "eval.new_clients.enabled": boolean(),   # its other keys: fedbench.newclients.CHECKS
+    "eval.new_clients.lr_pfl": number(0, None, lo_open=True),
+    "divergence.factor": number(1, None, lo_open=True, optional=True),
+    "scale": number(0, None, lo_open=True),
+    "data_root": text(),
+    "cache_dir": text(),
+    # dataset options (each applies where the dataset has it)
+    "dataset.test_fraction": number(0, 1, lo_open=True, hi_open=True),
+    "dataset.split_seed": int_at_least(0),
+    "dataset.seed": int_at_least(0),
+    "dataset.num_classes": int_at_least(2),
+    "dataset.train_per_class": int_at_least(1),
+    "dataset.test_per_class": int_at_least(1),
+    "dataset.shape": list_of(lambda x: _is_int(x) and x >= 1, "a list [C, H, W] of 3 integers >= 1", length=3),
+    "dataset.noise": number(0, None),
+    "dataset.cache": boolean(),
+    "dataset.download": boolean(),
+    "partition.test_fraction": number(0, 1, lo_open=True, hi_open=True),
     "checkpoint.every": int_at_least(0),
     "checkpoint.keep": int_at_least(1),
     "checkpoint.on_signal": boolean(),
@@ -91,7 +138,14 @@ CHECKS: dict[str, tuple] = {
     "hardware.deterministic": boolean(),
     "hardware.workers": (lambda v: v == "auto" or (_is_int(v) and v >= 1), "auto or an integer >= 1"),
     "hardware.channels_last": boolean(),
+    "hardware.pin_memory": boolean(),
+    "hardware.eval_batch": int_at_least(1),
     "logger.wandb.mode": one_of("auto", "online", "offline", "disabled"),
+    "logger.wandb.project": text(),
+    "logger.wandb.entity": text(optional=True),
+    "logger.wandb.group": text(optional=True),
+    "logger.wandb.tags": list_of(lambda x: isinstance(x, str), "a list of strings"),
+    "logger.wandb.init_timeout": number(0, None, lo_open=True, optional=True),
     "logger.console": boolean(),
     "logger.jsonl": boolean(),
 }
@@ -109,6 +163,12 @@ def validate(cfg) -> None:
         raise ConfigError("optim.lr_decay_to", None, "a learning rate > 0 when optim.lr_decay_round is set")
     if cfg.optim.nesterov and cfg.optim.momentum <= 0:
         raise ConfigError("optim.nesterov", True, "needs optim.momentum > 0")
+    from .newclients import CHECKS as NEW_CLIENTS
+
+    for key, (ok, allowed) in NEW_CLIENTS.items():
+        value = OmegaConf.select(cfg, f"eval.new_clients.{key}", default="<missing>")
+        if value != "<missing>" and not ok(value):
+            raise ConfigError(f"eval.new_clients.{key}", value, allowed)
     from .algorithms import ALGORITHMS
     from .data.datasets import DATASETS
     from .models import MODELS

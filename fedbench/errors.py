@@ -11,3 +11,19 @@ class ConfigError(ValueError):
 
 class RunFailed(RuntimeError):
     """Training diverged or the run cannot continue (the run is marked failed)."""
+
+
+class Diverged(RunFailed):
+    """The training loss blew up (non-finite, or above ``divergence.factor`` x the reference): status ``diverged``."""
+
+
+class WriteFailed(RunFailed):
+    """A file of the run could not be written (disk full, quota, permissions): names the path and the cause."""
+
+    def __init__(self, path, cause: OSError):
+        self.path, self.cause = path, cause
+        super().__init__(f"cannot write {path}: {cause.strerror or cause}")
+
+
+class RunDirBusy(RuntimeError):
+    """Another live run holds the run directory's lock."""

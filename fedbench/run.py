@@ -19,7 +19,7 @@ import torch
 from omegaconf import OmegaConf
 
 from . import checkpoint as ckpt
-from . import seeding
+from . import rundir, seeding
 from .algorithms import ALGORITHMS
 from .config import validate
 from .data.datasets import load_dataset
@@ -29,7 +29,7 @@ from .data.schedule import DataSchedule
 from .engine.augment import build_augment
 from .engine.executor import make_executor
 from .engine.functional import FModel
-from .errors import ConfigError, RunFailed
+from .errors import ConfigError, Diverged, RunFailed
 from .evaluation import Evaluator, summarize
 from .forgetting import ForgettingMonitor
 from .loggers import build_loggers
@@ -57,23 +57,20 @@ def pick_device(requested: str) -> torch.device:
     return torch.device(requested)
 
 
-def write_json(path: Path, obj) -> None:
-    """Atomic write (tmp + rename): a reader never sees a half-written file."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, default=lambda o: o.tolist() if hasattr(o, "tolist") else str(o)))
-    os.replace(tmp, path)
-
-
 def check_writable(run_dir: Path, min_free_mb: float = 0) -> None:
     """Fail before training if the run dir cannot be written or its disk is (nearly) full."""
     import shutil
 
+    probe = run_dir / ".write_probe"
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        probe = run_dir / ".write_probe"
         probe.write_bytes(b"\0" * 4096)
         probe.unlink()
     except OSError as e:
+        try:
+            probe.unlink(missing_ok=True)
+        except OSError:
+            pass
         raise ConfigError("hydra.run.dir", str(run_dir), f"an existing or creatable, writable directory with free space ({e.strerror})") from None
     free = shutil.disk_usage(run_dir).free / 2**20
     if free < min_free_mb:
@@ -81,11 +78,36 @@ def check_writable(run_dir: Path, min_free_mb: float = 0) -> None:
                           f"(only {free:.0f} MB left)")
 
 
+def signal_name(signum: int) -> str:
+    import signal
+
+    return signal.Signals(signum).name
+
+
+def describe(e: BaseException) -> str:
+    """One line for an error: a config error or a failed write as they say, an OSError as its path and cause."""
+    if isinstance(e, (ConfigError, RunFailed)):
+        return str(e)
+    if isinstance(e, Preempted):
+        return f"{signal_name(e.signum)} received"
+    if isinstance(e, OSError) and e.filename:
+        return f"cannot use {e.filename}: {e.strerror or e}"
+    first = (str(e).strip().splitlines() or [""])[0]
+    return f"{type(e).__name__}: {first}"
+
+
 class Run:
-    def __init__(self, cfg, run_dir: str | Path, group: str | None = None):
+    def __init__(self, cfg, run_dir: str | Path, group: str | None = None, provenance: dict | None = None):
+        """``group``: the sweep's name when this run is a job of a multirun (then a run that fails before training keeps
+        its dir and status.json, for the sweep's summary and report); ``provenance``: Hydra's files for ``.hydra/``
+        (``config.yaml``, ``hydra.yaml``, ``overrides.yaml``), written once this run owns the dir."""
         self.cfg = cfg
         self.run_dir = Path(run_dir)
         self.group = group
+        self.provenance = provenance or {}
+        self.guard: PreemptionGuard | None = None
+        self.loggers = None
+        self.loss_reference: float | None = None   # the divergence guard's reference loss (see check_finite)
 
     # ---- setup: everything before the first round ---------------------------------------------------
     def setup(self) -> None:
@@ -154,65 +176,151 @@ class Run:
         return torch.as_tensor(np.sort(seeding.rng(self.cfg.seed, "sample", t).choice(K, m, replace=False)))
 
     def check_finite(self, t: int, clients: list[int], res) -> None:
-        """Stop on a non-finite loss or parameter, naming the round and the clients."""
-        bad = ~torch.isfinite(res.loss)
+        """The divergence guard, after every local training call: stop (status ``diverged``) on a non-finite loss or
+        parameter, or on a client's round loss above ``divergence.factor`` x the reference loss, naming the round, the
+        clients and the metric. The reference is ln(#classes), the cross-entropy of an untrained model's uniform guess
+        (so a run that blows up within its first round is caught), or the first round's mean loss if that is higher."""
+        loss = res.loss.detach().to(torch.float64).cpu()
+        bad = ~torch.isfinite(loss)
         for v in res.params.values():
             bad |= ~torch.isfinite(v.flatten(1)).all(1).cpu()
+        what = "non-finite loss or parameters"
+        factor = OmegaConf.select(self.cfg, "divergence.factor", default=None)
+        if not bad.any() and factor is not None:
+            uniform = math.log(max(self.data.num_classes, 2))
+            reference = uniform if self.loss_reference is None else self.loss_reference
+            bad = loss > float(factor) * reference
+            what = (f"training loss {float(loss[bad].max()) if bad.any() else 0:.3g} above divergence.factor={factor:g} "
+                    f"x the reference {reference:.3g}")
+            if self.loss_reference is None and not bad.any():
+                self.loss_reference = max(float(loss.mean()), uniform)
         if bad.any():
             who = [clients[i] for i in torch.nonzero(bad).flatten().tolist()]
-            raise RunFailed(f"non-finite loss or parameters in round {t} on client(s) {who}")
+            raise Diverged(f"diverged in round {t}: {what} on client(s) {who}; run dir {self.run_dir} (status.json: "
+                           f"diverged). Try a lower lr (now {self.cfg.lr}), optim.clip_grad_norm=10, or "
+                           "divergence.factor=null to stop only on non-finite values")
 
     def image(self, key: str, path: Path, t: int) -> None:
         self.loggers.image(key, path, t)
 
     # ---- the rounds --------------------------------------------------------------------------------------
     def execute(self) -> dict:
+        """Run this run in its run dir, resume it, or skip it if it is complete.
+
+        Nothing in a complete run's dir changes (unless resume=false asks to start over). From the first write to the
+        summary the run holds the dir's lock (:class:`~fedbench.rundir.RunDirLock`) and runs under one guard: any
+        exception or signal ends with status.json ``failed`` / ``diverged`` / ``preempted`` and the reason, and only a
+        run whose summary is written is ``complete``. A bad config found before training leaves no new run dir behind
+        (a sweep's job keeps its dir, with status.json saying why)."""
         cfg = self.cfg
         validate(cfg)
-        done = self._previous_run()
+        done = self._previous_run(owner=False)   # read-only: skip a complete run, refuse a different config
         if done is not None:
             return done
-        self.setup()  # every check happens here; nothing is written before it passes
+        fresh = not self.run_dir.is_dir() or not any(self.run_dir.iterdir())
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            lock = rundir.RunDirLock(self.run_dir)
+            lock.acquire()
+        except OSError as e:
+            raise ConfigError("hydra.run.dir", str(self.run_dir), f"an existing or creatable, writable directory ({e.strerror})") from None
+        remove_dir = False
+        try:
+            done = self._previous_run(owner=True)   # again, under the lock: archive (resume=false), skip or refuse
+            if done is not None:
+                return done
+            with PreemptionGuard() as self.guard:
+                try:
+                    return self._guarded()
+                except BaseException as e:
+                    remove_dir = fresh and self.group is None and isinstance(e, ConfigError)
+                    if remove_dir:   # a bad config leaves no run dir behind
+                        self._remove_own_files()
+                    else:
+                        self._record_failure(e)
+                    raise
+        finally:
+            lock.release()
+            if remove_dir:
+                try:
+                    self.run_dir.rmdir()
+                except OSError:
+                    pass
+
+    def _guarded(self) -> dict:
+        cfg = self.cfg
+        rounds = int(cfg.rounds)
+        self.status = rundir.Status(self.run_dir, rounds=rounds, config_fingerprint=self.fingerprint)
+        self.status.set()   # status "running": the first write
+        for name, node in self.provenance.items():   # what Hydra would have written (hydra.output_subdir: null)
+            (self.run_dir / ".hydra").mkdir(exist_ok=True)
+            with rundir.atomic(self.run_dir / ".hydra" / name) as f:
+                f.write(OmegaConf.to_yaml(node))
+        self.setup()  # every check happens here (the run dir's free space first), before any training
         resumed = ckpt.load_latest(self.run_dir, self.device) if cfg.resume else None
-        t0 = self._restore(resumed) if resumed else 0
-        status = {"status": "running", "round": t0, "config_fingerprint": self.fingerprint}
-        write_json(self.run_dir / "status.json", status)
+        t0 = self._restore(resumed) if resumed else self._start_over()
+        self.status.set(round=t0)
         self._save_partition()
-        OmegaConf.save(cfg, self.run_dir / "config.yaml", resolve=True)
+        with rundir.atomic(self.run_dir / "config.yaml") as f:
+            f.write(OmegaConf.to_yaml(cfg, resolve=True))
         title = f"{cfg.algorithm.name} | {cfg.dataset.name} | {cfg.partition.name}"
-        self.loggers = build_loggers(cfg, self.run_dir, title, start_round=t0, group=self.group,
-                                     wandb_id=resumed.get("wandb_id") if resumed else None)
+        # the W&B run of this run dir (a restart without a checkpoint resumes it too: no second W&B run)
+        wandb_id = (resumed or {}).get("wandb_id") or self.previous_status.get("wandb_id")
+        self.loggers = build_loggers(cfg, self.run_dir, title, start_round=t0, group=self.group, wandb_id=wandb_id,
+                                     on_wandb_state=lambda state: self.status.set(wandb=state))
+        self.status.set(wandb=self.loggers.wandb_state, wandb_id=self.loggers.wandb_id)
         if resumed:
             print(f"fedbench: resuming {self.run_dir} after round {t0}", file=sys.stderr)
         else:
-            self.history, self.times = [], []
-        boundary = None
+            self.loggers.image("partition", self.partition_png, 0)
+            first = self.evaluator(self.algorithm, 0)
+            self.history.append({"round": 0, **first})
+            self.loggers.log(0, first)
+        self.boundary = self._snapshot(t0) if cfg.checkpoint.on_signal else None
+        self.status.start_rounds(t0)
+        for t in range(t0 + 1, rounds + 1):
+            self.guard.check()   # a signal whose exception a library swallowed still stops the run here
+            self._one_round(t)
+            if cfg.checkpoint.every and t % int(cfg.checkpoint.every) == 0 and t < rounds:
+                ckpt.save(self.run_dir, t, self._state(t), keep=int(cfg.checkpoint.keep))
+            if cfg.checkpoint.on_signal:
+                self.boundary = self._snapshot(t)
+            self.status.progress(t, rounds)
+        self.guard.check()
+        return self._complete()
+
+    def _record_failure(self, e: BaseException) -> None:
+        """status.json says how the run ended (and a signal saves the last finished round first)."""
+        state = "preempted" if isinstance(e, Preempted) else "diverged" if isinstance(e, Diverged) else "failed"
         try:
-            with PreemptionGuard():
-                if not resumed:
-                    self.loggers.image("partition", self.partition_png, 0)
-                    first = self.evaluator(self.algorithm, 0)
-                    self.history.append({"round": 0, **first})
-                    self.loggers.log(0, first)
-                boundary = self._snapshot(t0) if cfg.checkpoint.on_signal else None
-                for t in range(t0 + 1, int(cfg.rounds) + 1):
-                    self._one_round(t)
-                    status["round"] = t
-                    if cfg.checkpoint.every and t % int(cfg.checkpoint.every) == 0 and t < int(cfg.rounds):
-                        ckpt.save(self.run_dir, t, self._state(t), keep=int(cfg.checkpoint.keep))
-                    if cfg.checkpoint.on_signal:
-                        boundary = self._snapshot(t)
-                return self._complete()
-        except Preempted as e:
-            if boundary is not None:
-                ckpt.save(self.run_dir, boundary["round"], boundary["state"], keep=int(cfg.checkpoint.keep))
-            write_json(self.run_dir / "status.json", {**status, "status": "preempted", "error": str(e)})
-            self.loggers.finish("preempted")
-            raise
-        except BaseException as e:
-            write_json(self.run_dir / "status.json", {**status, "status": "failed", "error": f"{type(e).__name__}: {e}"})
-            self.loggers.finish("failed")
-            raise
+            if isinstance(e, Preempted) and getattr(self, "boundary", None) is not None:
+                e.checkpoint = ckpt.save(self.run_dir, self.boundary["round"], self.boundary["state"],
+                                         keep=int(self.cfg.checkpoint.keep))
+            if getattr(self, "status", None) is not None:
+                self.status.set(status=state, error=describe(e))
+        except Exception as again:   # e.g. the disk is full: say so, the original error is reported by the caller
+            print(f"fedbench: could not record the failure in {self.run_dir}: {describe(again)}", file=sys.stderr)
+        if self.loggers is not None:
+            try:
+                self.loggers.finish(state)
+            except Exception:
+                pass
+        if state == "failed" and not isinstance(e, (ConfigError, RunFailed, OSError, Preempted)):
+            import traceback
+
+            try:   # an unexpected error: its traceback is kept for a bug report (the console gets one line)
+                (self.run_dir / "traceback.txt").write_text("".join(traceback.format_exception(e)))
+                e.traceback_file = self.run_dir / "traceback.txt"
+            except OSError:
+                pass
+
+    def _remove_own_files(self) -> None:
+        """Everything this run wrote in its (fresh) dir, but the lock file (released last)."""
+        import shutil
+
+        for p in self.run_dir.iterdir():
+            if p.name != rundir.LOCK_NAME:
+                shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
 
     def _one_round(self, t: int) -> None:
         cfg = self.cfg
@@ -245,18 +353,21 @@ class Run:
     def _complete(self) -> dict:
         cfg = self.cfg
         times = self.times
-        summary = {"status": "complete", "rounds": int(cfg.rounds),
+        summary = {"status": "complete", "rounds": int(cfg.rounds), "config_fingerprint": self.fingerprint,
                    "metrics": summarize(self.history, int(cfg.eval.final_window)),
                    "time_per_round": float(np.mean(times)) if times else math.nan,
                    "wall_time": float(np.sum(times)),
                    "final": {k: v for k, v in self.evaluator.last.items()},
                    **self.algorithm.finish(self.run_dir),
                    **(self.new_clients.summary(self.run_dir) if self.new_clients else {})}
-        write_json(self.run_dir / "summary.json", summary)
+        with self.guard.deferred():   # the result is recorded whole: a signal now waits until it is
+            rundir.write_json(self.run_dir / "summary.json", summary)
+            self.status.set(status="complete", round=int(cfg.rounds), eta_s=0)
         self.loggers.summary(summary)
         self.loggers.finish("complete")
-        write_json(self.run_dir / "status.json", {"status": "complete", "round": int(cfg.rounds),
-                                                  "config_fingerprint": self.fingerprint})
+        if self.guard.received:
+            print(f"fedbench: {signal_name(self.guard.received)} received while finishing; {self.run_dir} is complete",
+                  file=sys.stderr)
         return summary
 
     # ---- surviving: resume, skip, checkpoints -------------------------------------------------------
@@ -264,28 +375,48 @@ class Run:
     def fingerprint(self) -> str:
         return ckpt.fingerprint(self.cfg)
 
-    def _previous_run(self) -> dict | None:
-        """What the run dir already holds: a complete run is skipped (resume=true) or archived (resume=false)."""
-        status_file = self.run_dir / "status.json"
-        if not status_file.exists():
+    def _previous_run(self, owner: bool) -> dict | None:
+        """What the run dir already holds: a complete run with this config is skipped (resume=true), a run with another
+        config refused; as the dir's ``owner`` (under its lock) resume=false moves the old files to previous/<time>/.
+        A status.json cut by a crash is rebuilt from the summary, the saved config and the checkpoint."""
+        self.previous_status = {}
+        if not self.run_dir.is_dir():
             return None
-        old = json.loads(status_file.read_text())
+        old, problem = rundir.read_json(self.run_dir / "status.json")
+        if problem:
+            if owner:
+                print(f"fedbench: {self.run_dir}/status.json is unreadable ({problem}); rebuilding it from the run's "
+                      "files", file=sys.stderr)
+            old = None
+        old = old if isinstance(old, dict) else {}
+        summary, _ = rundir.read_json(self.run_dir / "summary.json")
+        summary = summary if isinstance(summary, dict) else None
         if not self.cfg.resume:
-            archive = self.run_dir / "previous" / time.strftime("%Y%m%d-%H%M%S")
-            archive.mkdir(parents=True, exist_ok=True)
-            for name in ("status.json", "summary.json", "metrics.jsonl", "checkpoints", "diagnostics", "wandb",
-                         "config.yaml", "partition.png", "partition_counts.csv"):
-                if (self.run_dir / name).exists():
-                    os.replace(self.run_dir / name, archive / name)
-            print(f"fedbench: resume=false: previous files of {self.run_dir} moved to {archive}", file=sys.stderr)
+            if owner and any(p.name not in (rundir.LOCK_NAME, "previous") for p in self.run_dir.iterdir()):
+                archive = self.run_dir / "previous" / time.strftime("%Y%m%d-%H%M%S")
+                archive.mkdir(parents=True, exist_ok=True)
+                for p in list(self.run_dir.iterdir()):
+                    if p.name not in (rundir.LOCK_NAME, "previous"):
+                        os.replace(p, archive / p.name)
+                print(f"fedbench: resume=false: previous files of {self.run_dir} moved to {archive}", file=sys.stderr)
             return None
-        if old.get("config_fingerprint") not in (None, self.fingerprint):
+        recorded = old.get("config_fingerprint") or (summary or {}).get("config_fingerprint") or self._saved_fingerprint()
+        if recorded not in (None, self.fingerprint):
             raise ConfigError("resume", True, f"{self.run_dir} holds a run with a different config; use another "
                               "hydra.run.dir, or resume=false to start over there (old files are kept in previous/)")
-        if old.get("status") == "complete" and (self.run_dir / "summary.json").exists():
+        complete = old.get("status") == "complete" or (problem is not None and (summary or {}).get("status") == "complete")
+        if complete and summary is not None:
             print(f"fedbench: {self.run_dir} is already complete; skipped (resume=false starts it over)", file=sys.stderr)
-            return json.loads((self.run_dir / "summary.json").read_text())
+            return summary
+        self.previous_status = old
         return None
+
+    def _saved_fingerprint(self) -> str | None:
+        """The fingerprint of the run dir's resolved config.yaml (for a run whose status.json is gone)."""
+        try:
+            return ckpt.fingerprint(OmegaConf.load(self.run_dir / "config.yaml"))
+        except Exception:
+            return None
 
     def _monitors(self) -> dict:
         return {n: m for n in ("forgetting", "new_clients") if (m := getattr(self, n, None)) is not None
@@ -294,6 +425,7 @@ class Run:
     def _state(self, t: int) -> dict:
         return {"algorithm": self.algorithm.state_dict(), "history": self.history, "times": self.times,
                 "evaluator_last": self.evaluator.last, "wandb_id": self.loggers.wandb_id,
+                "loss_reference": self.loss_reference,
                 "config_fingerprint": self.fingerprint,
                 "monitors": {n: m.state_dict() for n, m in self._monitors().items()}}
 
@@ -310,11 +442,38 @@ class Run:
         self.evaluator.last = saved["evaluator_last"]
         for n, m in self._monitors().items():
             m.load_state_dict(saved["monitors"].get(n, {}))
+        self.loss_reference = saved.get("loss_reference")
         t0 = int(saved["round"])
-        metrics = self.run_dir / "metrics.jsonl"   # drop rows logged after the checkpoint
-        if metrics.exists():
-            keep = [ln for ln in metrics.read_text().splitlines() if ln.strip() and json.loads(ln)["round"] <= t0]
-            tmp = metrics.with_suffix(".tmp")
-            tmp.write_text("".join(ln + "\n" for ln in keep))
-            os.replace(tmp, metrics)
+        self._trim_metrics(t0)
         return t0
+
+    def _start_over(self) -> int:
+        """No checkpoint: the run starts at round 0 (rows a killed earlier attempt logged are redone, not repeated)."""
+        self.history, self.times = [], []
+        self._trim_metrics(-1)
+        return 0
+
+    def _trim_metrics(self, t0: int) -> None:
+        """metrics.jsonl keeps the rows of rounds <= t0: later ones are logged again by this session, so every round
+        appears once. A line cut by a kill or a full disk is dropped, and the file as it was kept next to it."""
+        path = self.run_dir / "metrics.jsonl"
+        if not path.exists():
+            return
+        text = path.read_text(errors="replace")
+        keep, torn = [], False
+        for ln in text.splitlines():
+            try:
+                row = json.loads(ln)
+            except ValueError:
+                torn = torn or bool(ln.strip())
+                continue
+            if isinstance(row, dict) and isinstance(row.get("round"), int) and row["round"] <= t0:
+                keep.append(ln)
+        if torn:
+            copy_path = path.with_name(f"metrics.jsonl.torn-{time.strftime('%Y%m%d-%H%M%S')}")
+            with rundir.atomic(copy_path) as f:
+                f.write(text)
+            print(f"fedbench: {path} ended with a cut line (a crash while writing); dropped it, the file as it was is "
+                  f"kept as {copy_path.name}", file=sys.stderr)
+        with rundir.atomic(path) as f:
+            f.write("".join(ln + "\n" for ln in keep))

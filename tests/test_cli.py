@@ -125,5 +125,6 @@ def test_unwritable_output_dir(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a dir")
     p = cli("logger=none", f"hydra.run.dir={blocker / 'run'}", cwd=tmp_path, check=False)
-    assert p.returncode != 0
-    assert "fedbench" in p.stderr or "Error" in p.stderr
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert p.stderr.strip() == (f"fedbench: invalid config: hydra.run.dir='{blocker / 'run'}' — a directory path "
+                                f"({blocker} is an existing file)")

@@ -201,15 +201,15 @@ def test_a_different_config_in_the_same_dir_is_refused(tmp_path):
     assert p.returncode == 2 and "resume=True" in p.stderr and "different config" in p.stderr
 
 
-def test_non_finite_loss_stops_the_run_and_marks_it_failed(tmp_path):
+def test_non_finite_loss_stops_the_run_and_marks_it_diverged(tmp_path):
     run_dir = tmp_path / "run"
-    p = fedbench("rounds=5", "clients=4", "lr=1e30", "optim.momentum=0", "logger=none", "checkpoint.every=1",
-                 f"hydra.run.dir={run_dir}", tmp_path=tmp_path, check=False)
+    p = fedbench("rounds=5", "clients=4", "lr=1e30", "optim.momentum=0", "divergence.factor=null", "logger=none",
+                 "checkpoint.every=1", f"hydra.run.dir={run_dir}", tmp_path=tmp_path, check=False)
     assert p.returncode == 1
     line = [ln for ln in p.stderr.splitlines() if ln.startswith("fedbench:")][-1]
-    assert "non-finite" in line and "round" in line and "client(s) [" in line
-    assert status(run_dir) == "failed" and not (run_dir / "summary.json").exists()
-    failed_round = int(line.split("round ")[1].split()[0])
+    assert "non-finite" in line and "diverged in round" in line and "client(s) [" in line
+    assert status(run_dir) == "diverged" and not (run_dir / "summary.json").exists()
+    failed_round = int(line.split("diverged in round ")[1].split(":")[0])
     assert all(int(c.stem.split("_")[1]) < failed_round for c in (run_dir / "checkpoints").glob("round_*.pt"))
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import tempfile
 import warnings
 from dataclasses import dataclass, field
@@ -151,6 +152,9 @@ def _save_atomic(obj, path: Path) -> None:
     os.close(fd)
     try:
         torch.save(obj, tmp)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it 0600: follow the umask, so a group can share the cache
         os.replace(tmp, path)  # readers never see a half-written file
     finally:
         if os.path.exists(tmp):
@@ -315,13 +319,22 @@ def load_dataset(cfg, cache_dir: str | Path) -> Dataset:
         raise ConfigError("dataset.name", cfg.name, f"one of {', '.join(DATASETS)}")
     use_cache = bool(cfg.cache) and cfg.name not in _GENERATED
     path = _cache_file(cfg, cache_dir) if use_cache else None
+    raw = None
     if path is not None and path.is_file():
-        d = torch.load(path, weights_only=True)
-        raw = Dataset(cfg.name, d["x"], d["y"], d["n_train"], d["classes"], d["attrs"])
-    else:
+        try:
+            d = torch.load(path, weights_only=True)
+            raw = Dataset(cfg.name, d["x"], d["y"], d["n_train"], d["classes"], d["attrs"])
+        except Exception as e:  # truncated or corrupted (a crash while copying it, a full disk): decode again
+            print(f"fedbench: warning: dataset cache {path} cannot be read ({type(e).__name__}); decoding "
+                  f"{cfg.name} from its source again", file=sys.stderr)
+    if raw is None:
         raw = DATASETS[cfg.name](cfg)
         if path is not None:
-            _save_atomic({"x": raw.x, "y": raw.y, "n_train": raw.n_train,
-                          "classes": raw.classes, "attrs": raw.attrs}, path)
+            try:
+                _save_atomic({"x": raw.x, "y": raw.y, "n_train": raw.n_train,
+                              "classes": raw.classes, "attrs": raw.attrs}, path)
+            except OSError as e:  # the cache only saves time: a read-only or full cache dir does not stop the run
+                print(f"fedbench: warning: cannot write the dataset cache {path} ({e.strerror}); "
+                      "the run goes on without it", file=sys.stderr)
     raw.x = _normalise(raw.x, cfg.normalize)
     return raw

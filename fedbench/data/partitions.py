@@ -71,8 +71,8 @@ def _choice(cfg, key, allowed):
 
 def _check_test_split(cfg, allowed=TEST_SPLITS) -> str:
     ts = _choice(cfg, "test_split", allowed)
-    if ts == "local":
-        _number(cfg, "test_fraction", 0, 1, hi_open=True)
+    if ts == "local":   # 0 would leave every client without a test set (accuracy NaN)
+        _number(cfg, "test_fraction", 0, 1, lo_open=True, hi_open=True)
     elif ts == "matched" and _opt(cfg, "test_per_client") is not None:
         _number(cfg, "test_per_client", 1, None, integer=True)
     return ts
@@ -335,6 +335,15 @@ def dominant_groups(cfg, labels, n_train, num_classes, num_clients, rng) -> Part
         empty = [c for c in np.flatnonzero(need) if len(per_label[c]) == 0]
         if empty:
             raise ConfigError("partition.labels_per_group", L, f"labels with samples in the pool (missing {empty})")
+        avail = np.array([len(p) for p in per_label])
+        short = np.flatnonzero(need > avail)   # a client would take a sample twice
+        if len(short):
+            c = int(short[0])
+            per_sample = s / C + (1 - s) / L   # share of a client's samples that one of its group's labels gets
+            raise ConfigError("partition.samples_per_client", n,
+                              f"at most about {int(avail[c] / per_sample)}: a client of group {g} needs {int(need[c])} "
+                              f"distinct samples of label {c}, the pool has {int(avail[c])} "
+                              f"({'train+test' if use_test_pool else 'train'} split)")
 
     pointer = np.zeros(C, np.int64)
     clients = []

@@ -56,7 +56,7 @@ def plot_curves(rep: Report, out: Path, band: str = "minmax") -> list[Path]:
                                  squeeze=False)
         for ax, col in zip(axes.flat, panels or [None]):
             for i, row in enumerate(rep.row_keys):
-                runs = [r for r, _ in (rep._runs(row, col) if col else rep.members)
+                runs = [r for r, _ in rep._runs(row, col or rep.columns[0])    # a tuned row: its best grid value's runs
                         if r.status == "complete" and canon(r.key(t.rows)) == row]
                 series = [dict(r.series(metric)) for r in runs]
                 common = sorted(set.intersection(*(set(s) for s in series))) if series else []

@@ -18,6 +18,9 @@ def to_markdown(rep: Report, pictures: list[Path], sources: list[str]) -> str:
           + (" Accuracies in %." if any(t.percent(n) for n in t.metrics) else ""), "",
           "| " + " | ".join(head) + " |", "|" + "---|" + "---:|" * (len(head) - 1)]
     md += ["| " + " | ".join(x.replace("|", "\\|") for x in line) + " |" for line in rep.lines()]
+    if rep.grid_notes():
+        md += ["", "Cells marked `[key=value of n]` show the best value of a grid of n (mean over seeds):", ""]
+        md += [f"- {n}" for n in rep.grid_notes()]
     if rep.warnings():
         md += [""] + [f"**Warning:** {w}" for w in rep.warnings()]
     if rep.incomplete():
@@ -33,7 +36,7 @@ def _job(r: RunRecord) -> str:
 
 
 CSV_FIELDS = ["table", "row", "row_label", "column", "metric", "ours_mean", "ours_std", "ours_min", "ours_max", "n",
-              "n_runs", "seeds", "values", "status", "cell", "paper", "diff"]
+              "n_runs", "seeds", "values", "status", "cell", "paper", "diff", "grid_key", "grid_value", "grid"]
 
 
 def to_csv(rep: Report) -> str:
@@ -50,8 +53,17 @@ def to_csv(rep: Report) -> str:
                         "n": len(cell.values), "n_runs": cell.n_runs, "seeds": ";".join(map(str, cell.seeds)),
                         "values": ";".join(repr(v) for v in cell.values),
                         "status": ";".join(f"{k}={n}" for k, n in cell.other.items()), "cell": cell.text(rep.digits[c.key]),
-                        "paper": "" if p == "absent" else rep.paper_text(row, c), "diff": _csvnum(rep.diff(row, c))})
+                        "paper": "" if p == "absent" else rep.paper_text(row, c), "diff": _csvnum(rep.diff(row, c)),
+                        **_grid_fields(rep.grid(row, c))})
     return buf.getvalue()
+
+
+def _grid_fields(choice) -> dict:
+    """A tuned cell's grid key, the value shown and every grid value's mean selection metric (``v=score;...``)."""
+    if choice is None:
+        return {"grid_key": "", "grid_value": "", "grid": ""}
+    return {"grid_key": choice.key, "grid_value": "" if choice.chosen is None else choice.chosen,
+            "grid": ";".join(f"{v}={'' if s is None else repr(s)}" for v, s in choice.scores.items())}
 
 
 def _csvnum(x) -> str:
@@ -83,6 +95,8 @@ def print_rich(rep: Report, console=None) -> None:
     console.print(rt)
     for r in rep.incomplete():
         console.print(Text.assemble("  ", (r.status, "yellow"), f": {r.path or _job(r)}" + (f" — {r.error}" if r.error else "")))
+    for note in rep.grid_notes():
+        console.print(Text.assemble("  ", ("best of grid", "cyan"), f": {note}"))
     for warning in rep.warnings():
         console.print(Text.assemble("  ", ("warning", "red"), f": {warning}"))
 

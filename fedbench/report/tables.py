@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .grid import GridChoice, choose, tune_spec
 from .runs import RunRecord, _number, canon
 
 DERIVED = ("rounds_to_target", "speedup")   # metrics computed from metrics.jsonl (FedKA Table 2)
@@ -192,6 +193,7 @@ class Report:
     def __init__(self, table: Table):
         self.table = t = table
         self.members = list(t.members)
+        self._tune, self._grid = tune_spec(t.spec), {}      # best of a grid per tuned row (grid.py)
         self.row_keys, self.row_names = self._order(t.rows, [r.key(t.rows) for r, _ in self.members],
                                                     list(t.reference), t.labels)
         if t.cols:
@@ -229,9 +231,24 @@ class Report:
         return keys, {k: labels.get(k, names[k]) for k in keys}
 
     def _runs(self, row: str, col: Column) -> list:
+        """The cell's runs; for a row tuned over a grid (``tune:``), only those of its best grid value."""
         t = self.table
-        return [(r, s) for r, s in self.members if canon(r.key(t.rows)) == row
+        runs = [(r, s) for r, s in self.members if canon(r.key(t.rows)) == row
                 and (canon(r.key(t.cols)) == col.key if t.cols else col.metric in _metric_names(s))]
+        choice = self.grid(row, col)
+        return runs if choice is None else [(r, s) for r, s in runs if canon(r.key(choice.key)) == choice.chosen]
+
+    def grid(self, row: str, col: Column) -> GridChoice | None:
+        """The best-of-grid choice of a tuned row (per column value, or once per row when the columns are metrics)."""
+        t, spec = self.table, self._tune
+        if spec is None or row not in spec["rows"]:
+            return None
+        at = col.key if t.cols else None
+        if (row, at) not in self._grid:
+            by = spec["by"] or next(iter(t.metrics.values()))
+            runs = [r for r, _ in self.members if canon(r.key(t.rows)) == row and (not t.cols or canon(r.key(t.cols)) == at)]
+            self._grid[(row, at)] = choose(runs, spec["rows"][row], by, lambda r: self.value(r, by, col), spec["mode"])
+        return self._grid[(row, at)]
 
     def _cell(self, row: str, col: Column) -> Cell:
         t, cell = self.table, Cell()
@@ -352,6 +369,20 @@ class Report:
                                f"value at round {first}; its row shows {own[-1][0]} by definition, as the paper's")
         return out
 
+    def grid_notes(self) -> list[str]:
+        """One line per tuned row and column: the grid, the value shown and every value's mean selection metric."""
+        if self._tune is None:
+            return []
+        out = [str(self._tune["note"])] if self._tune.get("note") else []
+        for row in self.row_keys:
+            for c in (self.columns if self.table.cols else self.columns[:1]):
+                choice = self.grid(row, c)
+                if choice and choice.scores:
+                    scale = 100.0 if self.table.percent(c.metric) and "acc" in choice.by.lower() else 1.0
+                    where = f" ({c.header})" if self.table.cols else ""
+                    out.append(f"{self.row_names[row]}{where}: {choice.describe(scale)}")
+        return out
+
     def header(self) -> list[str]:
         out = [self.row_title()]
         for c in self.columns:
@@ -367,7 +398,8 @@ class Report:
         for row in self.row_keys:
             line = [self.row_names[row]]
             for c in self.columns:
-                line.append(self.cells[(row, c.key)].text(self.digits[c.key]))
+                choice = self.grid(row, c)
+                line.append(self.cells[(row, c.key)].text(self.digits[c.key]) + (f" {choice.label()}" if choice else ""))
                 if self.has_paper(c):
                     line += [self.paper_text(row, c), fmt(self.diff(row, c), self.digits[c.key], sign=True)]
             out.append(line)

@@ -1,0 +1,234 @@
+"""Bad input: one line naming the key, the value and what is allowed, a non-zero exit, no traceback, and no run dir
+(issue 19). A table over every top-level key (conf/config.yaml with its hardware and logger groups) and every group:
+a wrong type, an out-of-range value and a missing value each, through the real ``fedbench`` entry point (in-process:
+the pre-check, and Hydra's run of the job where the check needs the data)."""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import warnings
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from conftest import CONF
+from omegaconf import OmegaConf
+
+from fedbench import checkpoint as ckpt
+from fedbench import cli
+from fedbench.config import CHECKS
+
+FAST = ["rounds=1", "clients=4", "local_epochs=1", "logger=none", "hardware.threads=1"]
+
+
+def leaves(node: dict, prefix: str = ""):
+    for k, v in node.items():
+        if isinstance(v, dict) and v:
+            yield from leaves(v, f"{prefix}{k}.")
+        else:
+            yield f"{prefix}{k}", v
+
+
+def top_level_keys() -> dict:
+    """Every leaf of conf/config.yaml plus its default hardware and logger groups, with its resolved default."""
+    node = yaml.safe_load((CONF / "config.yaml").read_text())
+    for k in ("defaults", "hydra"):
+        node.pop(k)
+    for group, option in (("hardware", "auto"), ("logger", "default")):
+        node[group] = yaml.safe_load((CONF / group / f"{option}.yaml").read_text())
+    node.pop("data_root")   # ${oc.env:...}: a string
+    resolved = OmegaConf.to_container(OmegaConf.create(node), resolve=True)
+    return {**dict(leaves(resolved)), "data_root": "data"}
+
+
+# keys whose bad values are not the generic ones below: key -> (wrong type, out of range); None = no such value
+SPECIAL = {
+    "logger.wandb.tags": ("5", "[1]"),                  # a list of strings
+    "eval.similarity.save_rounds": ("5", "[0]"),        # a list of rounds >= 1
+    "hardware.workers": ("abc", "0"),                  # auto or an integer >= 1
+    "optim.lr_decay_round": ("abc", "-1"),
+}
+FREE_TEXT = ("data_root", "cache_dir", "logger.wandb.project", "logger.wandb.entity", "logger.wandb.group")
+
+
+def cases():
+    out = []
+    for key, default in top_level_keys().items():
+        choice = key in CHECKS and CHECKS[key][1].startswith(("one of", "auto, cpu"))
+        if key in SPECIAL:
+            wrong, out_of_range = SPECIAL[key]
+        elif key in FREE_TEXT:
+            wrong, out_of_range = "7", "''"              # any non-empty string is a valid path or name
+        elif isinstance(default, bool):
+            wrong, out_of_range = "maybe", None          # true/false has no range
+        elif isinstance(default, (int, float)) or default is None:
+            wrong, out_of_range = "abc", "-1"
+        elif choice:
+            wrong, out_of_range = "7", "nope"
+        else:
+            raise AssertionError(f"no bad values defined for {key}={default!r}")
+        out += [(f"{key}={wrong}", key, wrong.strip("'")), (f"~{key}", key, "<removed>")]
+        if out_of_range is not None:
+            out.append((f"{key}={out_of_range}", key, out_of_range.strip("'")))
+    for group in cli.GROUPS:
+        add = "+" if group == "experiment" else ""
+        out += [(f"{add}{group}=[a,b]", group, "[a,b]"), (f"{add}{group}=nope", group, "nope"),
+                (f"~{group}" if group != "experiment" else "+experiment=", group, "" if group == "experiment" else "~")]
+    return out
+
+
+# the issue's own list, and values that only the data or the partition can refute (checked when the job starts)
+EXTRA = [
+    ("dataset.test_fraction=1.5", "dataset.test_fraction", "1.5"),
+    ("dataset.test_fraction=0", "dataset.test_fraction", "0"),
+    ("partition.test_fraction=0", "partition.test_fraction", "0"),
+    ("dataset=synthetic dataset.num_classes=0", "dataset.num_classes", "0"),
+    ("dataset=synthetic dataset.shape=[0,8,8]", "dataset.shape", "[0, 8, 8]"),
+    ("dataset=synthetic dataset.noise=-1", "dataset.noise", "-1"),
+    ("lr=1e300", "lr", "1e+300"),
+    ("lr=${nope}", "lr", "${nope}"),
+    ("optim.lr=${oc.env:FEDBENCH_SURELY_UNSET}", "optim.lr", "FEDBENCH_SURELY_UNSET"),
+    ("dataset=imagefolder", "dataset.root", "???"),
+    ("algorithm=fedprox algorithm.mu=abc", "algorithm.mu", "abc"),
+    ("model.hidden=5", "model.hidden", "5"),
+    ("partition=dominant_groups partition.samples_per_client=100000", "partition.samples_per_client", "100000"),
+    ("model=tcnn", "model", "tcnn"),   # its internal name is "cnn": the message names what the user typed
+]
+
+
+def fedbench_in_process(args: list[str], capsys) -> tuple[int, str]:
+    from hydra.core.global_hydra import GlobalHydra
+
+    argv = sys.argv
+    sys.argv = ["fedbench", *args]
+    try:
+        cli.main()
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    finally:
+        sys.argv = argv
+        GlobalHydra.instance().clear()
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("override,key,value", cases() + EXTRA, ids=[c[0] for c in cases() + EXTRA])
+def test_bad_input_gives_one_line_and_no_run_dir(override, key, value, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FEDBENCH_CACHE", str(tmp_path / "cache"))
+    run_dir = tmp_path / "run"
+    code, err = fedbench_in_process([*FAST, *override.split(), f"hydra.run.dir={run_dir}"], capsys)
+    assert code == 2, err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    line = lines[0]
+    assert line.startswith("fedbench: invalid config: ") and key in line and value in line, line
+    assert line.split(" — ", 1)[1].strip(), line                  # ... — what is allowed
+    assert not run_dir.exists() and not (tmp_path / "outputs").exists()   # no run dir, complete or not
+
+
+def test_a_run_dir_under_an_existing_file(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "file").write_text("not a dir")
+    code, err = fedbench_in_process([*FAST, f"hydra.run.dir={tmp_path / 'file' / 'run'}"], capsys)
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert f"hydra.run.dir='{tmp_path / 'file' / 'run'}'" in err and f"{tmp_path / 'file'} is an existing file" in err
+
+
+# ---- minor items: shared caches, truncated caches, warnings on stderr ----------------------------------------------
+@pytest.fixture
+def image_tree(tmp_path):
+    from torchvision.io import write_png
+
+    g = torch.Generator().manual_seed(0)
+    for split in ("train", "test"):
+        for c in ("a", "b"):
+            for i in range(3):
+                p = tmp_path / "tree" / split / c / f"{i}.png"
+                p.parent.mkdir(parents=True, exist_ok=True)
+                with warnings.catch_warnings():   # torchvision 0.29: image codecs deprecated in favour of torchcodec
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    write_png(torch.randint(0, 256, (3, 4, 4), dtype=torch.uint8, generator=g), str(p))
+    return tmp_path / "tree"
+
+
+def imagefolder_cfg(root):
+    return OmegaConf.create({"dataset": {**yaml.safe_load((CONF / "dataset" / "imagefolder.yaml").read_text()),
+                                         "root": str(root)}}).dataset
+
+
+def test_a_truncated_dataset_cache_is_decoded_again_with_a_warning(image_tree, tmp_path, capsys):
+    from fedbench.data.datasets import load_dataset
+
+    cache = tmp_path / "cache"
+    first = load_dataset(imagefolder_cfg(image_tree), cache)
+    (f,) = cache.glob("imagefolder-*.pt")
+    f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])   # a crash while copying it
+    capsys.readouterr()
+    again = load_dataset(imagefolder_cfg(image_tree), cache)
+    out = capsys.readouterr()
+    assert torch.equal(again.x, first.x) and torch.equal(again.y, first.y)
+    assert "cannot be read" in out.err and str(f) in out.err and out.out == ""
+    assert torch.load(f, weights_only=True)["n_train"] == first.n_train   # rewritten whole
+
+
+def test_dataset_cache_files_follow_the_umask(image_tree, tmp_path):
+    from fedbench.data.datasets import load_dataset
+
+    old = os.umask(0o002)   # a group that shares a cache dir
+    try:
+        load_dataset(imagefolder_cfg(image_tree), tmp_path / "cache")
+    finally:
+        os.umask(old)
+    (f,) = (tmp_path / "cache").glob("imagefolder-*.pt")
+    assert f.stat().st_mode & 0o777 == 0o664
+
+
+def test_warnings_go_to_stderr(tmp_path, capfd):
+    """The checkpoint fallback message, and library/algorithm warnings under Hydra's job logging (conf/hydra)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.utils import configure_log
+
+    ckpt.save(tmp_path, 1, {"algorithm": {}}, keep=2)
+    newest = ckpt.save(tmp_path, 2, {"algorithm": {}}, keep=2)
+    newest.write_bytes(newest.read_bytes()[:10])
+    assert ckpt.load_latest(tmp_path, "cpu")["round"] == 1
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        hcfg = compose("config", return_hydra_config=True)
+    GlobalHydra.instance().clear()
+    root = logging.getLogger()
+    saved = (root.handlers[:], root.level)
+    try:
+        configure_log(hcfg.hydra.job_logging, hcfg.hydra.verbose)
+        logging.getLogger("fedbench.algorithms.fedafa").warning("FedAFA: a fallback")
+    finally:
+        root.handlers[:], _ = saved
+        root.setLevel(saved[1])
+    out = capfd.readouterr()
+    assert out.out == ""
+    assert "checkpoint round_000002.pt is corrupted" in out.err and "fedbench: FedAFA: a fallback" in out.err
+
+
+def test_an_impossible_dominant_groups_request_names_what_is_available():
+    from sklearn.datasets import load_digits
+
+    from fedbench.data.partitions import make_partition
+    from fedbench.errors import ConfigError
+
+    y = load_digits().target   # 1797 samples, ~180 per label, train+test pool
+    cfg = OmegaConf.load(CONF / "partition" / "dominant_groups.yaml")
+    cfg.seed = 0
+    cfg.samples_per_client = 1000
+    with pytest.raises(ConfigError) as e:
+        make_partition(cfg, y, 1437, 10, 6, np.random.default_rng(0))
+    counts = np.bincount(y)
+    # the first client's group {0, 1, 2}: label 0 gets ⌊200/10⌋ + ⌊800/3⌋ = 20 + 266 = 286 > 178 samples of label 0
+    assert "partition.samples_per_client=1000" in str(e.value) and f"the pool has {counts[0]}" in str(e.value)
+    assert "needs 286 distinct samples of label 0" in str(e.value)
+    cfg.samples_per_client = 600   # 12 + 160 = 172 <= 178: possible (clients share samples only across clients)
+    p = make_partition(cfg, y, 1437, 10, 6, np.random.default_rng(0))
+    assert all(len(np.unique(np.concatenate([tr, te]))) == len(tr) + len(te) for tr, te in zip(p.train, p.test))

@@ -1,0 +1,289 @@
+"""Runs that never lose or corrupt a result (issue 19): each fault is made for real (subprocesses, real signals,
+real files, the real wandb library offline) and the test checks what the user sees and what the run dir holds."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from wandb_files import read_run
+
+from fedbench import checkpoint as ckpt
+
+FAST = ["rounds=3", "clients=4", "local_epochs=1", "logger=none", "hardware.threads=1"]
+# ~0.2-1 s per round on digits: a run that is still going when the test acts on it
+SLOW = ["rounds=60", "clients=6", "local_epochs=25", "logger=none", "hardware.threads=1", "checkpoint.every=0"]
+FAKE_KEY = "fakekey0123456789abcdef0123456789abcdef01"
+NO_WANDB_SERVER = {"WANDB_API_KEY": FAKE_KEY, "WANDB_BASE_URL": "http://127.0.0.1:9"}   # nothing listens there
+
+
+def env(tmp_path, **extra) -> dict:
+    e = {**os.environ, "WANDB_MODE": "offline", "FEDBENCH_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+    e.pop("WANDB_API_KEY", None)
+    return {**e, **extra}
+
+
+def fedbench(*args, tmp_path, env_extra=None, check=True, timeout=600, **kw) -> subprocess.CompletedProcess:
+    p = subprocess.run([sys.executable, "-m", "fedbench.cli", *args], cwd=tmp_path, env=env(tmp_path, **(env_extra or {})),
+                       capture_output=True, text=True, timeout=timeout, **kw)
+    if check:
+        assert p.returncode == 0, p.stderr[-3000:]
+    return p
+
+
+def start(*args, tmp_path, env_extra=None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "fedbench.cli", *args], cwd=tmp_path,
+                            env=env(tmp_path, **(env_extra or {})), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(cond, proc, timeout=600, poll=0.02):
+    t0 = time.time()
+    while not cond():
+        assert proc.poll() is None, "the run ended before the test could act on it: " + proc.stderr.read()[-3000:]
+        assert time.time() - t0 < timeout
+        time.sleep(poll)
+
+
+def status(run_dir: Path) -> dict:
+    return json.loads((run_dir / "status.json").read_text())
+
+
+def rows(run_dir: Path) -> list[dict]:
+    f = run_dir / "metrics.jsonl"
+    return [json.loads(ln) for ln in f.read_text().splitlines()] if f.exists() else []   # every line must parse
+
+
+def evaluated_rounds(run_dir: Path) -> list[int]:
+    try:
+        return [r["round"] for r in rows(run_dir) if "pers/acc" in r]
+    except ValueError:   # a line being written right now
+        return []
+
+
+def one_line(stderr: str) -> str:
+    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, stderr[-3000:]
+    assert lines[0].startswith("fedbench: ") and "Traceback" not in stderr
+    return lines[0]
+
+
+def snapshot(d: Path) -> dict:
+    return {str(p.relative_to(d)): (p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())
+            for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def done_run(tmp_path_factory):
+    """A complete 3-round run with a checkpoint after every round (rounds 1 and 2; none after the last)."""
+    tmp = tmp_path_factory.mktemp("done")
+    args = [*FAST, "checkpoint.every=1", "checkpoint.keep=5"]
+    fedbench(*args, f"hydra.run.dir={tmp / 'run'}", tmp_path=tmp)
+    return args, tmp / "run", json.loads((tmp / "run" / "summary.json").read_text())
+
+
+def copy_of(done_run, tmp_path) -> Path:
+    run_dir = tmp_path / "run"
+    shutil.copytree(done_run[1], run_dir)
+    return run_dir
+
+
+# ---- 1. two runs in one run directory -----------------------------------------------------------------
+def test_a_second_run_in_a_busy_run_dir_stops_at_once_naming_the_holder(tmp_path):
+    run_dir = tmp_path / "run"
+    first = start(*SLOW, f"hydra.run.dir={run_dir}", tmp_path=tmp_path)
+    try:
+        wait_for(lambda: len(evaluated_rounds(run_dir)) >= 3, first)   # the first run is training
+        running = status(run_dir)   # minor item: the status is current while the run goes
+        assert running["status"] == "running" and running["round"] >= 1 and running["eta_s"] > 0 and running["eta"]
+        second = fedbench(*SLOW, f"hydra.run.dir={run_dir}", tmp_path=tmp_path, check=False, timeout=300)
+        assert first.poll() is None
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=300)
+    assert second.returncode != 0
+    line = one_line(second.stderr)
+    assert str(run_dir) in line and f"pid {first.pid}" in line and socket.gethostname() in line
+    assert first.returncode == 128 + signal.SIGTERM and status(run_dir)["status"] == "preempted"
+    r = evaluated_rounds(run_dir)
+    assert r == list(range(len(r)))   # one writer: every round once, in order
+
+
+# ---- 2. the status is true whatever fails ----------------------------------------------------------------
+def test_a_signal_before_the_first_round_marks_the_run_preempted_and_it_resumes(tmp_path):
+    run_dir = tmp_path / "run"
+    args = ["rounds=2", "clients=4", "local_epochs=1", "logger=offline", "logger.console=false", "hardware.threads=1",
+            f"hydra.run.dir={run_dir}"]
+    proc = start(*args, tmp_path=tmp_path)
+    wait_for(lambda: (run_dir / "status.json").exists(), proc, poll=0.002)   # setup / plot / W&B init under way
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    assert "Traceback" not in err and status(run_dir)["status"] == "preempted"
+    fedbench(*args, tmp_path=tmp_path)
+    assert status(run_dir)["status"] == "complete" and evaluated_rounds(run_dir) == [0, 1, 2]
+
+
+def test_a_failure_outside_the_rounds_marks_the_run_failed_with_one_line(tmp_path):
+    run_dir = tmp_path / "run"
+    (run_dir / "partition.png").mkdir(parents=True)   # the partition picture cannot be written
+    p = fedbench(*FAST, f"hydra.run.dir={run_dir}", tmp_path=tmp_path, check=False)
+    assert p.returncode == 1
+    line = one_line(p.stderr)
+    assert "partition.png" in line and "Is a directory" in line
+    st = status(run_dir)
+    assert st["status"] == "failed" and "partition.png" in st["error"]
+    assert not (run_dir / "summary.json").exists()
+
+
+# ---- 3. W&B respects the environment, and its failures never fail or hang a run ---------------------------
+def test_wandb_auto_honours_WANDB_MODE_and_a_wandb_crash_mid_run_does_not_stop_the_run(tmp_path):
+    run_dir = tmp_path / "run"
+    args = ["rounds=5", "clients=4", "local_epochs=15", "logger.console=false", "hardware.threads=1",
+            f"hydra.run.dir={run_dir}"]   # logger.wandb.mode=auto with an API key set, but WANDB_MODE=offline
+    proc = start(*args, tmp_path=tmp_path, env_extra=NO_WANDB_SERVER)
+    wait_for(lambda: len(evaluated_rounds(run_dir)) >= 2, proc, timeout=120)
+    service = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    assert service, "no W&B service process"
+    for pid in service:   # the W&B service dies mid-run
+        os.kill(int(pid), signal.SIGKILL)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    warnings = [ln for ln in err.splitlines() if "W&B" in ln]
+    assert len(warnings) == 1 and "local logs" in warnings[0] and "Traceback" not in err
+    st = status(run_dir)
+    assert st["status"] == "complete" and st["wandb"].startswith("failed")
+    assert evaluated_rounds(run_dir) == list(range(6))
+    assert list(run_dir.glob("wandb/offline-run-*"))   # it ran offline (no online attempt) until the crash
+
+
+def test_wandb_unreachable_at_init_warns_once_and_the_run_goes_on(tmp_path):
+    run_dir = tmp_path / "run"
+    t0 = time.time()
+    p = fedbench(*FAST, "logger.wandb.mode=online", f"hydra.run.dir={run_dir}", tmp_path=tmp_path, check=False,
+                 env_extra={**NO_WANDB_SERVER, "WANDB_INIT_TIMEOUT": "3"}, timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert time.time() - t0 < 100
+    line = one_line(p.stderr)
+    assert "W&B" in line and "local logs" in line
+    st = status(run_dir)
+    assert st["status"] == "complete" and st["wandb"].startswith("failed")
+    assert evaluated_rounds(run_dir) == [0, 1, 2, 3]
+
+
+# ---- 4. resume tolerates a torn write --------------------------------------------------------------------
+def test_resume_after_a_torn_metrics_line_and_a_corrupt_status(tmp_path, done_run):
+    args, _, summary = done_run
+    run_dir = copy_of(done_run, tmp_path)
+    (run_dir / "summary.json").unlink()
+    (run_dir / "checkpoints" / "round_000002.pt").unlink()      # crashed in round 3 ... after checkpoint 1
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    kept = [ln for ln in lines if json.loads(ln)["round"] <= 2]
+    torn = '{"round": 3, "pers/acc": 0.4'
+    (run_dir / "metrics.jsonl").write_text("\n".join(kept) + "\n" + torn)  # ... while writing round 3's line
+    (run_dir / "status.json").write_text('{"status": "running", "rou')   # and while rewriting its status
+    p = fedbench(*args, f"hydra.run.dir={run_dir}", tmp_path=tmp_path)
+    assert "resuming" in p.stderr and "after round 1" in p.stderr
+    assert json.loads((run_dir / "summary.json").read_text())["metrics"] == summary["metrics"]
+    assert evaluated_rounds(run_dir) == [0, 1, 2, 3]
+    assert status(run_dir)["status"] == "complete"
+    copies = [f for f in run_dir.iterdir() if f.name.startswith("metrics.jsonl.")]
+    assert len(copies) == 1 and copies[0].read_text().endswith(torn)   # the torn file is kept
+
+
+# ---- 5. no duplicate rounds ------------------------------------------------------------------------------
+def test_kill_9_before_the_first_checkpoint_then_rerun_logs_every_round_once(tmp_path):
+    run_dir = tmp_path / "run"
+    args = ["rounds=4", "clients=4", "local_epochs=20", "checkpoint.every=0", "logger=offline", "logger.console=false",
+            "hardware.threads=1", f"hydra.run.dir={run_dir}"]
+    proc = start(*args, tmp_path=tmp_path)
+    wait_for(lambda: len(evaluated_rounds(run_dir)) >= 2, proc)
+    proc.kill()
+    proc.wait()
+    assert not list(run_dir.glob("checkpoints/*.pt"))
+    p = fedbench(*args, tmp_path=tmp_path)
+    assert evaluated_rounds(run_dir) == [0, 1, 2, 3, 4]
+    assert [r["round"] for r in rows(run_dir) if "image/partition" in r] == [0]
+    wb = read_run(run_dir)
+    assert len(wb["ids"]) == 1                                    # one W&B run, resumed
+    assert {h["_step"] for h in wb["history"] if "pers/acc" in h} == {0, 1, 2, 3, 4}
+    assert "stale lock" in p.stderr and f"pid {proc.pid}" in p.stderr   # the dead run's lock was taken over
+
+
+# ---- 6. disk full ----------------------------------------------------------------------------------------
+def test_a_full_disk_fails_with_one_line_and_keeps_the_last_good_checkpoint(tmp_path, done_run):
+    args, done_dir, summary = done_run
+    s1, s2 = ((done_dir / "checkpoints" / f"round_00000{t}.pt").stat().st_size for t in (1, 2))
+    assert s2 > s1   # round 2's checkpoint holds one more round of history
+    limit = (s1 + s2) // 2   # a file may grow to this many bytes: checkpoint 1 fits, checkpoint 2 does not
+
+    def small_disk():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    run_dir = tmp_path / "run"
+    full = [*args, "checkpoint.keep=1", f"hydra.run.dir={run_dir}"]
+    p = fedbench(*full, tmp_path=tmp_path, check=False, preexec_fn=small_disk)
+    assert p.returncode == 1
+    line = one_line(p.stderr)
+    assert str(run_dir / "checkpoints") in line and "File too large" in line
+    assert not [f for f in run_dir.rglob("*") if "tmp" in f.name]           # no stray temporary files
+    assert ckpt.load_latest(run_dir, "cpu")["round"] == 1                   # the last good checkpoint is intact
+    assert evaluated_rounds(run_dir) == [0, 1, 2]
+    assert status(run_dir)["status"] == "failed" and "File too large" in status(run_dir)["error"]
+    p = fedbench(*full, tmp_path=tmp_path)                                  # space freed: the same command resumes
+    assert "after round 1" in p.stderr
+    assert json.loads((run_dir / "summary.json").read_text())["metrics"] == summary["metrics"]
+
+
+# ---- 7. a refused re-run does not touch a complete run -----------------------------------------------------
+def test_re_running_a_complete_run_changes_nothing_in_its_dir(tmp_path, done_run):
+    args = done_run[0]
+    run_dir = copy_of(done_run, tmp_path)
+    before = snapshot(run_dir)
+    skipped = fedbench(*args, f"hydra.run.dir={run_dir}", tmp_path=tmp_path)
+    assert "already complete" in skipped.stderr
+    refused = fedbench(*args, "lr=0.2", f"hydra.run.dir={run_dir}", tmp_path=tmp_path, check=False)
+    assert refused.returncode == 2 and "different config" in one_line(refused.stderr)
+    assert snapshot(run_dir) == before
+    assert sorted(p.name for p in run_dir.iterdir()) == sorted({k.split("/")[0] for k in before})
+
+
+# ---- 8. divergence ---------------------------------------------------------------------------------------
+def test_a_diverging_run_stops_as_diverged_naming_round_clients_metric_and_what_to_try(tmp_path):
+    run_dir = tmp_path / "run"
+    p = fedbench(*FAST, "lr=1e6", f"hydra.run.dir={run_dir}", tmp_path=tmp_path, check=False)
+    assert p.returncode == 1
+    line = one_line(p.stderr)
+    assert "diverged in round 1" in line and "client(s) [" in line and "loss" in line
+    assert str(run_dir) in line and "lr" in line and "divergence.factor" in line
+    st = status(run_dir)
+    assert st["status"] == "diverged" and st["round"] == 0 and "round 1" in st["error"]
+    assert not (run_dir / "summary.json").exists()
+
+
+# ---- 9. sweeps -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("launcher", ["basic", "parallel"])
+def test_a_sweep_goes_on_past_failed_jobs_and_ends_with_one_summary_line(tmp_path, launcher):
+    sweep = tmp_path / "sweep"
+    job = lambda lr, seed: f"clients=4,local_epochs=1,lr={lr},rounds=3,seed={seed}"   # noqa: E731  (Hydra's job dirs)
+    (sweep / job("0.05", 1) / "partition.png").mkdir(parents=True)   # this job fails writing its picture
+    extra = ["hydra/launcher=parallel", "hydra.launcher.n_jobs=2"] if launcher == "parallel" else []
+    p = fedbench("-m", *extra, "seed=0,1", "lr=0.05,1e6", *FAST, f"hydra.sweep.dir={sweep}", tmp_path=tmp_path,
+                 check=False)
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr[-3000:]
+    last = [ln for ln in p.stderr.splitlines() if ln.strip()][-1]
+    assert last.startswith("fedbench: 3 of 4 runs failed")
+    jobs = {d.name: status(d) for d in sweep.iterdir() if d.is_dir()}
+    assert {n: s["status"] for n, s in jobs.items()} == {job("0.05", 0): "complete", job("0.05", 1): "failed",
+                                                         job("1000000.0", 0): "diverged", job("1000000.0", 1): "diverged"}
+    for name, s in jobs.items():
+        if s["status"] != "complete":
+            assert name in last and s["error"]
