@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .engine.masking import batch_mean, real, real_labels
+
 
 def proximal(p: dict, ref: dict, names=None) -> torch.Tensor:
     """½‖w − w_ref‖² over ``names`` (all of ``ref`` by default): FedProx, Ditto, pFedMe, FedDyn, FedCOM."""
@@ -31,12 +33,13 @@ def not_true_logits(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return logits.gather(1, idx)
 
 
-def kd_kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor, tau: float) -> torch.Tensor:
-    """τ² · KL(softmax(teacher/τ) ‖ softmax(student/τ)), batch-mean (Hinton et al.)."""
+def kd_kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor, tau: float, y: torch.Tensor | None = None) -> torch.Tensor:
+    """τ² · KL(softmax(teacher/τ) ‖ softmax(student/τ)), batch-mean (Hinton et al.); with the batch's labels ``y``
+    the mean is over its real samples (padded batches, fedbench/engine/masking.py)."""
     t = F.log_softmax(teacher_logits / tau, dim=-1)
     s = F.log_softmax(student_logits / tau, dim=-1)
     # written out (F.kl_div has no vmap batching rule; this is its log_target formula)
-    return (tau ** 2) * (t.exp() * (t - s)).sum(-1).mean()
+    return (tau ** 2) * batch_mean((t.exp() * (t - s)).sum(-1), y)
 
 
 def reference_forward(fm, params: dict, buffers: dict, x: torch.Tensor, features: bool = False) -> torch.Tensor:
@@ -64,5 +67,7 @@ def prototype_alignment(h: torch.Tensor, y: torch.Tensor, protos: torch.Tensor, 
     ``h`` [B, d] features, ``protos`` [C, d], ``has_proto`` [C] bool. FedReMa+F (spec fedrema.md §7, code
     ``train_with_proto``), FedProto's / FedPAC's regularizer (PFLlib's pattern).
     """
-    w = has_proto[y].to(h.dtype).unsqueeze(1)
-    return (w * (h - protos[y]) ** 2).sum() / h.numel()
+    r = real(y)                      # padding samples of a padded batch (engine/masking.py) neither add nor count
+    yc = real_labels(y)
+    w = (has_proto[yc] & r).to(h.dtype).unsqueeze(1)
+    return (w * (h - protos[yc]) ** 2).sum() / (r.sum() * h.shape[1])

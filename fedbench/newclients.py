@@ -89,7 +89,7 @@ class NewClients:
         for k in self.ids:
             idx = data.train_idx[k]
             g = seeding.rng(self.run.cfg.seed, "batches", "new_clients", t, int(k))
-            out.append([data.tensor(b) for b in client_batches(idx, min(B, len(idx)), g, steps=steps, drop_last=True)])
+            out.append([torch.from_numpy(b) for b in client_batches(idx, min(B, len(idx)), g, steps=steps, drop_last=True)])
         return out
 
     def __call__(self, algo, t: int) -> dict:
@@ -121,41 +121,46 @@ class NewClients:
         def finetune_loss(fm, p, b, x, y, ctx):
             return F.cross_entropy(algo.new_client_forward(p, b, x, (x, y)), y)
 
-        curves = np.zeros((n, S + 1))
+        from .algorithms.base import Algorithm   # padded batches are fine unless the forward reads the batch (CAFeMe)
+        finetune_loss.pad_aware = type(algo).new_client_forward is Algorithm.new_client_forward
+
+        curves = []   # per step, [n] accuracies on the device: read once at the end
         for s in range(S + 1):
             support = [batches[m][max(s - 1, 0)] for m in range(n)]   # the latest fine-tuning batch (or the first)
-            curves[:, s] = self.accuracy(algo, P, Bf, support, t, s)
+            curves.append(self.accuracy(algo, P, Bf, support, t, s))
             if s < S:
                 opt = OptimSpec(name="sgd", lr=lr * float(self.cfg.lr_decay) ** (s // int(self.cfg.lr_decay_every)))
                 res = algo.local_train(t, clients, P, Bf, loss=finetune_loss, opt=opt, purpose="new_clients",
                                        persistent_state=False, schedule=[[batches[m][s]] for m in range(n)])
                 P, Bf = res.params, res.buffers
         self.final_models = (P, Bf)
-        return curves
+        return torch.stack(curves, dim=1).cpu().numpy()
 
     @torch.no_grad()
-    def accuracy(self, algo, P, Bf, support: list[torch.Tensor], t: int, s: int) -> np.ndarray:
-        """Per new client: mean accuracy over its shuffled TEST mini-batches (size B, size-1 batches skipped)."""
+    def accuracy(self, algo, P, Bf, support: list[torch.Tensor], t: int, s: int) -> torch.Tensor:
+        """Per new client: mean accuracy over its shuffled TEST mini-batches (size B, size-1 batches skipped), as a
+        float64 tensor on the device (nan for a client without such a batch); no value is read on the host."""
         data, fm, B = self.run.data, algo.fm, int(self.cfg.batch_size)
-        out = np.full(len(self.ids), np.nan)
+        out = []
         fm.set_mode(False)
         try:
             for m, k in enumerate(self.ids):
                 idx = data.test_idx[k]
-                order = idx[seeding.rng(self.run.cfg.seed, "new_clients_test", t, s, int(k)).permutation(len(idx))]
+                order = data.tensor(idx[seeding.rng(self.run.cfg.seed, "new_clients_test", t, s, int(k)).permutation(len(idx))])
                 p, b = row(P, m), row(Bf, m)
-                ctx = (data.x[support[m]], data.y[support[m]])
+                sup = support[m].to(data.x.device)
+                ctx = (data.x[sup], data.y[sup])
                 accs = []
                 for i in range(0, len(order), B):
-                    bi = data.tensor(order[i:i + B])
+                    bi = order[i:i + B]
                     if len(bi) < 2:
                         continue
                     logits = algo.new_client_forward(p, b, data.x[bi], ctx)
-                    accs.append((logits.argmax(-1) == data.y[bi]).double().mean().item())
-                out[m] = np.mean(accs) if accs else np.nan
+                    accs.append((logits.argmax(-1) == data.y[bi]).double().mean())
+                out.append(torch.stack(accs).mean() if accs else torch.tensor(np.nan, dtype=torch.float64, device=data.x.device))
         finally:
             fm.set_mode(True)
-        return out
+        return torch.stack(out)
 
     def state_dict(self) -> dict:   # checkpoints (Run._monitors): the last evaluation survives a resume
         return {"last": self.last}

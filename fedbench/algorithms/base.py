@@ -109,8 +109,8 @@ class Algorithm:
         if schedule is None:
             schedule = make_schedule(indices, ids, batch_size or int(self.cfg.batch_size), self.seed, purpose, t,
                                      epochs=epochs, steps=steps, drop_last=bool(self.cfg.drop_last),
-                                     weights=sample_weights, device=self.data.x.device,
-                                     batches_per_step=batches_per_step)
+                                     weights=sample_weights, batches_per_step=batches_per_step)   # host arrays:
+            # the executor lays the whole schedule out on the device in one copy (engine/schedule.py plan)
         opt = opt or self.opt_at(t)
         persistent = bool(self.cfg.optim.persistent_state) if persistent_state is None else persistent_state
         state = None
@@ -125,7 +125,7 @@ class Algorithm:
             state = {k: v for k, v in rows(self.opt_state, sel).items() if k.split(":", 1)[-1] in set(trainable) or k == "step"}
         job = LocalJob(self.fm, params, buffers, trainable, schedule, self.data.x, self.data.y, opt, state,
                        loss, ctx or {}, shared or {}, augment=self.run.augment if augment else None,
-                       aug_key=(self.seed, "augment", purpose, t), client_ids=ids)
+                       aug_key=(self.seed, "augment", purpose, t), client_ids=ids, pack=batches_per_step)
         res = self.executor.train(job)
         if self.keep_local and purpose == "train":
             self.last_local = (t, ids, res)

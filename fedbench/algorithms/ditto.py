@@ -7,6 +7,7 @@ import torch
 
 from ..config import int_at_least, number, one_of
 from ..engine.executor import LocalResult
+from ..engine.masking import pad_aware
 from ..engine.optim import OptimSpec
 from ..engine.stack import Stack, broadcast, rows, set_rows
 from ..errors import ConfigError
@@ -87,6 +88,7 @@ class Ditto(Algorithm):
         """
         return rows(self.V, clients), rows(self.VB, clients), {}
 
+    @pad_aware
     def personal_loss(self, fm, p, b, x, y, ctx):
         """h_k(v; w) = CE(v) + lambda/2 ||v - w||^2 for ONE client (pure: runs under vmap)."""
         ce = torch.nn.functional.cross_entropy(fm(p, b, x), y)

@@ -23,6 +23,7 @@ from torch.func import functional_call
 
 from ..config import boolean, int_at_least, number, one_of
 from ..engine.functional import _sub, cross_entropy
+from ..engine.masking import is_pad_aware, pad_aware
 from ..engine.stack import Stack, broadcast, rows, set_rows
 from ..errors import ConfigError
 from ..evaluation import confusion_counts
@@ -77,6 +78,7 @@ def frozen_in_eval_mode(loss, names: list[str]):
         finally:
             for mod in mods:
                 mod.training = True
+    wrapped.pad_aware = is_pad_aware(loss)
     return wrapped
 
 
@@ -163,6 +165,7 @@ def class_balanced_weights(labels: np.ndarray) -> np.ndarray:
     return 1.0 / cnt[inv]
 
 
+@pad_aware
 def bsce_loss(fm, p, b, x, y, ctx):
     """Eq. 3: Balanced Softmax CE with the client's class counts n_k^c (absent classes: log 1e-6)."""
     return balanced_softmax_ce(fm(p, b, x), y, ctx["class_counts"])

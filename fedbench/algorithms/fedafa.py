@@ -68,9 +68,9 @@ class FedAFA(OneShotPersonalization):
 
     def personalize(self, t, w, bn):
         K = self.K
-        self._t, self._gen, self._stats = t, {}, torch.zeros(2)
-        weights = [class_balanced_weights(self.labels[i]) for i in self.data.train_idx]
         dev = self.data.x.device
+        self._t, self._gen, self._stats = t, {}, torch.zeros(2, device=dev)   # (slots, accepted), read after the phase
+        weights = [class_balanced_weights(self.labels[i]) for i in self.data.train_idx]
         P, B = self.phase_two_train(t, broadcast(w, K), broadcast(bn, K), bn, purpose="fedafa", trainable=self.trainable,
                                     loss=self.loss, sample_weights=weights, shared={"w_global": w, "bn_global": bn},
                                     ctx={"class_counts": self.client_counts(), "client": torch.arange(K, device=dev)},
@@ -94,12 +94,12 @@ class FedAFA(OneShotPersonalization):
                 f0 = run_children(fm, "body", w, bn, x_seed, 0, self.cut).detach()
                 r = (f0.max() + f0.min()) / 2
                 noise = (torch.rand(f0.shape, generator=g, device=f0.device, dtype=f0.dtype) - r).renorm(2, 1, 1.0)
-                f = (f0 + noise).clamp(0, float(f0.max()))
+                f = (f0 + noise).clamp(min=0).minimum(f0.max())   # clamp(0, max f0) without reading it on the host
                 for _ in range(self.attack_steps):
                     f = f.detach().requires_grad_(True)
                     grad, = torch.autograd.grad(F.cross_entropy(upper_logits(fm, w, bn, f, self.cut), targets), [f])
                     f = l2_step(f.detach(), grad, self.attack_step_size)
-                    f = f.clamp(0, float(f.max()))
+                    f = f.clamp(min=0).minimum(f.max())
             with torch.no_grad():
                 prob = upper_logits(fm, w, bn, f, self.cut).softmax(-1).gather(1, targets.unsqueeze(1)).squeeze(1)
         finally:
@@ -120,11 +120,14 @@ class FedAFA(OneShotPersonalization):
         accept = 1 - torch.relu(n[y].unsqueeze(0) - n[targets].unsqueeze(1)) / n_max                 # [slots, batch]
         seeds = torch.multinomial(accept, 1, replacement=True, generator=g).flatten()
         feats, ok = self.generate(fm, ctx["w_global"], ctx["bn_global"], x[seeds], targets, g)
-        x_gen = x.clone()
-        x_gen[slots[ok]] = x[seeds[ok]]                 # the code feeds the seeds at accepted slots
+        used = torch.zeros_like(slot).index_put((slots,), ok)          # accepted slots, as a mask (no host read)
+        src = torch.arange(len(y), device=x.device).index_put((slots,), seeds)
+        x_gen = torch.where(used.view(-1, *[1] * (x.dim() - 1)), x[src], x)   # the code feeds the seeds at accepted slots
         h = run_children(fm, "body", p, b, x_gen, 0, self.cut)
-        h = h.index_put((slots[ok],), feats[ok].to(h.dtype))
-        self._stats += torch.tensor([len(slots), int(ok.sum())], dtype=self._stats.dtype)
+        gen = torch.zeros_like(h).index_put((slots,), feats.to(h.dtype))
+        h = torch.where(used.view(-1, *[1] * (h.dim() - 1)), gen, h)
+        self._stats += torch.stack([slot.sum(), ok.sum()]).to(self._stats.dtype)   # the slot draw itself (nonzero) is
+        # the method's only host read per batch: which samples become slots decides the shapes
         return self.c * F.cross_entropy(upper_logits(fm, p, b, h, self.cut), y) + (1 - self.c) * plain
 
 

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 from .. import seeding
 from ..config import int_at_least, number
+from ..engine.masking import pad_aware
 from ..engine.stack import Stack, broadcast, rows, select, set_rows, tagged, untagged
 from ..errors import ConfigError
 from . import register
@@ -127,6 +128,7 @@ class FedALA(Algorithm):
                     todo[i] = False
         return W, [len(h) for h in history], [h[-1] for h in history]
 
+    @pad_aware
     def ala_loss(self, fm, p, b, x, y, ctx):
         """CE of θ̂(W) for ONE client; ``p`` holds W (pure, runs under vmap)."""
         local, delta = untagged(ctx, "local"), untagged(ctx, "delta")

@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from ..config import boolean, number
+from ..engine.masking import pad_aware
 from ..engine.stack import Stack, broadcast, rows, set_rows, tagged, untagged, weighted_mean
 from ..losses import proximal
 from . import register
@@ -46,6 +47,7 @@ class FedDyn(FedAvg):
         self.server_update(clients, res.params, res.buffers)
         return {"train/loss": res.loss.mean().item()}
 
+    @pad_aware
     def loss(self, fm, p, b, x, y, ctx):
         """L_k(w) − ⟨g_k, w⟩ + (α_k/2)‖w − w^t‖² on one batch (FedDyn Alg. 1, client objective)."""
         lin = untagged(ctx, "lin")

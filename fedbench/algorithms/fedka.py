@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import seeding
+from ..engine.masking import pad_aware
 from ..engine.stack import broadcast
 from ..errors import ConfigError
 from ..forgetting import DOMINANT, GROUP_NAMES, MISSING, NON_DOMINANT, class_groups
@@ -155,6 +156,7 @@ class FedKA(Algorithm):
         return {"train/loss": res.loss.mean().item(), "fedka/anchor_size": sizes[:, 0].mean(),
                 "fedka/anchor_non_dominant": sizes[:, 1].mean(), "fedka/anchor_missing": sizes[:, 2].mean()}
 
+    @pad_aware
     def loss(self, fm, p, b, x, y, ctx):
         """Eq. 3: CE(θ_i; B) + β · L_KA(T_i^r, θ_g^r, θ_i^r). Z_l = the local model's eval-mode logits on T with
         the running statistics of the step's start (a copy: the batch's train-mode forward updates them in place),

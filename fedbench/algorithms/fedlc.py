@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from ..config import number
+from ..engine.masking import pad_aware
 from ..engine.stack import broadcast
 from . import register
 from .fedavg import FedAvg
@@ -40,6 +41,7 @@ class FedLC(FedAvg):
         self.w, self.bn = self.aggregate(res.params, clients), self.aggregate(res.buffers, clients)
         return {"train/loss": res.loss.mean().item()}
 
+    @pad_aware
     def loss(self, fm, p, b, x, y, ctx):
         """Calibrated CE: CE(z − τ·n_k^{−1/4}, y)."""
         return F.cross_entropy(fm(p, b, x) - ctx["margin"], y)

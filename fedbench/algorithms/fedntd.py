@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 
 from ..config import boolean, number
+from ..engine.masking import pad_aware
 from ..engine.stack import broadcast
 from ..losses import kd_kl, not_true_logits, reference_forward
 from . import register
@@ -37,11 +38,12 @@ class FedNTD(FedAvg):
         self.w, self.bn = self.aggregate(res.params, clients), self.aggregate(res.buffers, clients)
         return {"train/loss": res.loss.mean().item()}
 
+    @pad_aware
     def loss(self, fm, p, b, x, y, ctx):
         """CE + β·τ²·KL(not-true global ‖ not-true local) on one batch."""
         z = fm(p, b, x)
         z_glob = reference_forward(fm, ctx["w_global"], ctx["bn_global"], x)
-        ntd = kd_kl(not_true_logits(z, y), not_true_logits(z_glob, y), self.tau)
+        ntd = kd_kl(not_true_logits(z, y), not_true_logits(z_glob, y), self.tau, y)
         return F.cross_entropy(z, y) + self.kd_weight * ntd
 
 

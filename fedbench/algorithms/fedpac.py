@@ -32,6 +32,7 @@ from threadpoolctl import threadpool_limits
 from torch.func import functional_call
 
 from ..config import int_at_least, number, one_of
+from ..engine.masking import pad_aware
 from ..engine.stack import broadcast, mix, rows, select, set_rows, weighted_mean
 from ..errors import ConfigError
 from ..losses import prototype_alignment
@@ -242,9 +243,11 @@ class FedPAC(Algorithm):
             sq = class_means([(h ** 2).sum(1, keepdim=True) for h in feats], labels, C)[0][..., 0]
         return means, counts.to(means.dtype), sq
 
+    @pad_aware
     def plain_loss(self, fm, p, b, x, y, ctx):
         return F.cross_entropy(self.split.head(p, b, self.split.features(p, b, x)), y)
 
+    @pad_aware
     def aligned_loss(self, fm, p, b, x, y, ctx):
         """CE + λ·MSE(f(x), c_y) for ONE client (pure; §4.1 with the codes' ``nn.MSELoss`` mean over B·d)."""
         h = self.split.features(p, b, x)

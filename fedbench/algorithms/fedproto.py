@@ -7,6 +7,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..engine.masking import pad_aware
 from ..engine.stack import broadcast, rows, set_rows
 from ..errors import ConfigError
 from ..losses import prototype_alignment
@@ -47,6 +48,7 @@ class ClassMeanExchange(Algorithm):
     def z(self, p, b, x):
         return self.outputs(self.fm, p, b, x)[0]
 
+    @pad_aware
     def loss(self, fm, p, b, x, y, ctx):
         """ONE client, pure (runs under vmap): CE + λ·MSE(z, Z̄_y)."""
         z, logits = self.outputs(fm, p, b, x)

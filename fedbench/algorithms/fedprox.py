@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 
 from ..config import number
+from ..engine.masking import pad_aware
 from ..engine.stack import broadcast
 from ..losses import proximal
 from . import register
@@ -29,6 +30,7 @@ class FedProx(FedAvg):
         self.w, self.bn = self.aggregate(res.params, clients), self.aggregate(res.buffers, clients)
         return {"train/loss": res.loss.mean().item()}
 
+    @pad_aware
     def loss(self, fm, p, b, x, y, ctx):
         """h_k(w; w^t) on one batch: CE + (μ/2)‖w − w^t‖² over all parameters."""
         return F.cross_entropy(fm(p, b, x), y) + self.mu * proximal(p, ctx["w_global"])

@@ -29,6 +29,7 @@ from .. import seeding
 from ..config import boolean, int_at_least, number, one_of
 from ..engine.executor import LocalResult
 from ..engine.functional import cross_entropy
+from ..engine.masking import pad_aware
 from ..engine.schedule import make_schedule
 from ..engine.stack import broadcast, mix, rows, select, set_rows, weighted_mean
 from ..errors import ConfigError
@@ -255,6 +256,7 @@ class FedReMa(Algorithm):
                                trainable=self.body_names)
         return res, {"train/loss": res.loss.mean().item(), "train/loss_head_phase": first.loss.mean().item()}
 
+    @pad_aware
     def aligned_loss(self, fm, p, b, x, y, ctx):
         """+F for ONE client (pure, runs under vmap): CE + λ·MSE(h, P̄_y) (code ``train_with_proto``, Table 4)."""
         h = fm.features(p, b, x)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..engine.masking import pad_aware
 from ..engine.optim import init_state
 from ..engine.stack import broadcast
 from ..losses import balanced_softmax_ce
@@ -56,6 +57,7 @@ class FedRoD(PartialAggregation):
         q.update({n: p[PERSONAL + n] for n in self.personal_names})
         return fm.head(q, {k: v.clone() for k, v in b.items()}, h)
 
+    @pad_aware
     def loss(self, fm, p, b, x, y, ctx):
         """ONE client, pure (runs under vmap): BSM(h^G(z)) + CE(sg[h^G(z)] + h^P(sg[z]))."""
         h = fm.features(p, b, x)

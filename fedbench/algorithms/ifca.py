@@ -51,17 +51,18 @@ class IFCA(Algorithm):
 
     @torch.no_grad()
     def cluster_losses(self, clients) -> torch.Tensor:
-        """[M, J]: Σ over the client's train mini-batches (size B, in order) of CE of cluster model j (eval mode)."""
+        """[M, J]: Σ over the client's train mini-batches (size B, in order) of CE of cluster model j (eval mode);
+        computed on the device without reading a value on the host."""
         B, fm = int(self.cfg.batch_size), self.fm
-        out = torch.zeros(len(clients), self.J, dtype=torch.float64)
+        out = torch.zeros(len(clients), self.J, dtype=torch.float64, device=self.data.x.device)
         fm.set_mode(False)
         try:
             for m, k in enumerate(int(c) for c in clients):
                 idx = self.data.tensor(self.data.train_idx[k])
                 for j in range(self.J):
                     p, b = {n: v[j] for n, v in self.W.items()}, {n: v[j] for n, v in self.WB.items()}
-                    out[m, j] = sum(F.cross_entropy(fm(p, b, self.data.x[idx[i:i + B]]), self.data.y[idx[i:i + B]]).item()
-                                    for i in range(0, len(idx), B))
+                    for i in range(0, len(idx), B):   # summed in order in float64, as the batch losses come
+                        out[m, j] += F.cross_entropy(fm(p, b, self.data.x[idx[i:i + B]]), self.data.y[idx[i:i + B]]).double()
         finally:
             fm.set_mode(True)
         return out

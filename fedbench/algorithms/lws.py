@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..engine.masking import pad_aware
 from ..engine.stack import Stack, broadcast
 from . import register
 from .ecl import OneShotPersonalization, class_balanced_weights, classifier_names
@@ -12,6 +13,7 @@ from .ecl import OneShotPersonalization, class_balanced_weights, classifier_name
 SCALE = "lws.scale"   # the extra trainable tensor f [C] carried in the parameter stack during phase II
 
 
+@pad_aware
 def lws_loss(fm, p, b, x, y, ctx):
     """CE of the logits scaled per class, f_c·z_c = (f_c w_c)·h + f_c b_c; only f is trainable."""
     model = {k: v for k, v in p.items() if k != SCALE}

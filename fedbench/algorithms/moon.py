@@ -9,6 +9,7 @@ from torch.func import functional_call
 from .. import seeding
 from ..config import int_at_least, number
 from ..engine.functional import FModel
+from ..engine.masking import batch_mean, pad_aware
 from ..engine.stack import broadcast, rows, set_rows, tagged, untagged
 from ..errors import ConfigError
 from ..models.base import with_projection_head
@@ -16,16 +17,18 @@ from . import register
 from .fedavg import FedAvg
 
 
-def model_contrastive(z: torch.Tensor, z_glob: torch.Tensor, z_prev: torch.Tensor, tau: float) -> torch.Tensor:
+def model_contrastive(z: torch.Tensor, z_glob: torch.Tensor, z_prev: torch.Tensor, tau: float,
+                      y: torch.Tensor | None = None) -> torch.Tensor:
     """ℓ_con (MOON Eq. 3), batch mean:
 
         −log( e^{sim(z, z_glob)/τ} / (e^{sim(z, z_glob)/τ} + e^{sim(z, z_prev)/τ}) ),  sim = cosine similarity,
 
-    i.e. a 2-way cross-entropy whose positive is the global model's representation."""
+    i.e. a 2-way cross-entropy whose positive is the global model's representation (with the batch's labels ``y``:
+    the mean over its real samples, fedbench/engine/masking.py)."""
     pos = F.cosine_similarity(z.flatten(1), z_glob.flatten(1), dim=-1)
     neg = F.cosine_similarity(z.flatten(1), z_prev.flatten(1), dim=-1)
     logits = torch.stack([pos, neg], dim=1) / tau
-    return -F.log_softmax(logits, dim=1)[:, 0].mean()
+    return batch_mean(-F.log_softmax(logits, dim=1)[:, 0], y)
 
 
 def representation(fm, p, b, x) -> torch.Tensor:
@@ -96,6 +99,7 @@ class MOON(FedAvg):
         run.fm = self.fm = FModel(net)
         run.initial_params, run.initial_buffers = self.fm.init_state(run.dtype, run.device)
 
+    @pad_aware
     def loss(self, fm, p, b, x, y, ctx):
         """MOON Eq. 4 on one batch: CE(classifier(z), y) + μ·ℓ_con(z, z_glob, z_prev)."""
         z = representation(fm, p, b, x)
@@ -103,7 +107,7 @@ class MOON(FedAvg):
         z_prev = reference_representation(fm, untagged(ctx, "w_prev"), untagged(ctx, "bn_prev"), x)
         cls = fm.net.classifier
         logits = F.linear(z, p[f"{cls}.weight"], p.get(f"{cls}.bias"))
-        return F.cross_entropy(logits, y) + self.mu * model_contrastive(z, z_glob, z_prev, self.tau)
+        return F.cross_entropy(logits, y) + self.mu * model_contrastive(z, z_glob, z_prev, self.tau, y)
 
 
 __all__ = ["MOON", "model_contrastive", "representation", "reference_representation"]

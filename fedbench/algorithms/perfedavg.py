@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from torch.func import grad, grad_and_value
 
 from ..config import int_at_least, number, one_of
+from ..engine.masking import pad_aware
 from ..engine.optim import OptimSpec
 from ..engine.stack import broadcast
 from . import register
@@ -65,6 +66,7 @@ class PerFedAvg(Algorithm):
         minus = grad(self.ce)({k: theta[k] - self.delta * g[k] for k in theta}, b, xs[2], ys[2])
         return {k: g[k] - self.alpha * (plus[k] - minus[k]) / (2 * self.delta) for k in g}, value
 
+    @pad_aware
     def meta_loss(self, fm, p, b, x, y, ctx):
         """value f(θ̃; D') with gradient (w.r.t. p) = the Per-FedAvg direction: ⟨p, d⟩ − ⟨p, d⟩.detach()."""
         k = 3 if self.variant == "hf" else 2

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..engine.masking import pad_aware
 from ..engine.optim import OptimSpec
 from ..engine.schedule import make_schedule
 from ..engine.stack import broadcast, rows, set_rows
@@ -51,6 +52,7 @@ class PFedMe(Algorithm):
         # the inner problem is solved by plain gradient steps (pFedMeOptimizer: p -= lr (∇f + λ (p − w_k)))
         self.inner_opt = OptimSpec(name="sgd", lr=float(hp.personal_lr))
 
+    @pad_aware
     def inner_loss(self, fm, p, b, x, y, ctx):
         """ONE client, pure (runs under vmap): f_k(θ; D_r) + λ/2 ‖θ − w_k‖² (pFedMe Eq. 7)."""
         ce = torch.nn.functional.cross_entropy(fm(p, b, x), y)
@@ -62,8 +64,7 @@ class PFedMe(Algorithm):
         steps = self.hp.local_steps
         return make_schedule([self.data.train_idx[k] for k in ids], ids, int(self.cfg.batch_size), self.seed, "train",
                              t, epochs=None if steps else int(self.cfg.local_epochs),
-                             steps=int(steps) if steps else None, drop_last=bool(self.cfg.drop_last),
-                             device=self.data.x.device)
+                             steps=int(steps) if steps else None, drop_last=bool(self.cfg.drop_last))   # host arrays
 
     def round(self, t, clients):
         m = len(clients)
@@ -73,14 +74,17 @@ class PFedMe(Algorithm):
         batches = self.local_batches(t, clients)
         K = int(self.hp.inner_steps)
         losses = []
-        for r in range(max(len(b) for b in batches)):
+        R = max(len(b) for b in batches)
+        steps = torch.tensor([len(b) for b in batches])
+        has_batch = (torch.arange(R)[:, None] < steps).to(self.data.x.device)   # [R, m] on the device, made once
+        for r in range(R):
             has = [r < len(b) for b in batches]             # clients with fewer batches are done
             inner = [[b[r]] * K if h else [] for b, h in zip(batches, has)]   # K steps on the same batch D_r
             anchor = {ANCHOR + k: v for k, v in w_local.items()}
             res = self.local_train(t, clients, theta, bn, loss=self.inner_loss, ctx=anchor, schedule=inner,
                                    opt=self.inner_opt, purpose=f"pfedme/{r}", persistent_state=False)
             theta, bn = res.params, res.buffers
-            active = torch.tensor(has, device=self.data.x.device)
+            active = has_batch[r]
             for k in w_local:   # w_k ← w_k − ηλ(w_k − θ_k), only for clients that had batch r
                 moved = w_local[k] - eta * lam * (w_local[k] - theta[k])
                 w_local[k] = torch.where(active.view(-1, *[1] * (moved.dim() - 1)), moved, w_local[k])

@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from ..config import boolean, number
+from ..engine.masking import pad_aware
 from ..engine.stack import Stack, broadcast, rows, set_rows, tagged, untagged, weighted_mean
 from . import register
 from .fedavg import FedAvg
@@ -60,6 +61,7 @@ class SCAFFOLD(FedAvg):
         self.server_update(clients, res.params, res.buffers, res.steps, lr=float(opt.lr))
         return {"train/loss": res.loss.mean().item()}
 
+    @pad_aware
     def loss(self, fm, p, b, x, y, ctx):
         """CE + ⟨w, c − c_k⟩: its gradient is SCAFFOLD's corrected gradient g − c_k + c."""
         corr = untagged(ctx, "correction")

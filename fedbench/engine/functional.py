@@ -9,6 +9,7 @@ import torch
 from torch.func import functional_call
 
 from ..models import SplitNet
+from .masking import model_pads_ok, pad_aware
 
 
 def _sub(d: dict, prefix: str) -> dict:
@@ -29,6 +30,7 @@ class FModel:
         # networks): then the samples of one forward pass interact and evaluation must not pad batches
         self.eval_uses_batch_stats = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and not m.track_running_stats
                                          for m in net.modules())
+        self.pads_ok = model_pads_ok(net)   # padded batches cannot leak into real samples (engine/masking.py)
 
     @property
     def net(self) -> SplitNet:
@@ -72,6 +74,7 @@ class FModel:
         self.net.train(train)
 
 
+@pad_aware
 def cross_entropy(fm: FModel, p, b, x, y, ctx):
     """The default local objective: CE of the model's logits."""
     return torch.nn.functional.cross_entropy(fm(p, b, x), y)

@@ -31,10 +31,9 @@ from fedbench.models import build_model
 
 TOL = 1e-12                                   # fp64 max |Δ| between fedbench and an oracle
 EXECUTORS = ("sequential", "vectorized")
-# |Δ| allowed on the logged train losses: the sequential executor sums a client's step losses in a float32
-# tensor even in fp64 runs (fedbench/engine/executor.py `total = torch.zeros(())`), off by ~1e-8; see
-# test_fedavg.py::test_sequential_executor_logs_the_fp64_training_loss (xfail until that is fixed)
-LOSS_TOL = {"vectorized": TOL, "sequential": 1e-6}
+# |Δ| allowed on the logged train losses (both executors sum a client's step losses in float64; see
+# test_fedavg.py::test_sequential_executor_logs_the_fp64_training_loss)
+LOSS_TOL = {"vectorized": TOL, "sequential": TOL}
 # every oracle: fp64, 5 digits clients of uneven sizes (Dirichlet 0.5: 188, 291, 206, 230, 233 samples),
 # 3 rounds, batch size 16 (ragged last batches), one local epoch
 BASE = ("hardware.precision=fp64", "clients=5", "rounds=3", "batch_size=16", "local_epochs=1")

@@ -41,8 +41,6 @@ def test_fedavg_rounds_equal_the_plain_pytorch_oracle(executor, expected, runs):
     assert_global_run_equal(executor, expected, runs)
 
 
-@pytest.mark.xfail(strict=True, reason="SequentialExecutor sums a client's step losses in a float32 tensor "
-                   "(fedbench/engine/executor.py `total = torch.zeros((), device=device)`), so fp64 runs log "
-                   "train/loss off by ~1e-8 (the vectorized executor sums in float64)")
 def test_sequential_executor_logs_the_fp64_training_loss(expected, runs):
+    """The sequential executor once summed a client's step losses in a float32 tensor (off by ~1e-8 in fp64 runs)."""
     assert_same_history(runs("sequential").history, expected[2], TOL)
