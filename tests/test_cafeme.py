@@ -242,3 +242,17 @@ def test_server_mean_is_unweighted_over_clients_of_different_sizes(tmp_path):
     run.algorithm.round(1, torch.tensor([a, b]))
     for n in ua:
         assert torch.allclose(run.algorithm.w[n], (ua[n] + ub[n]) / 2, atol=1e-10, rtol=0), n
+
+
+@pytest.mark.parametrize("context", ["batch", "support"])
+def test_new_clients_modulator_context(tmp_path, context):
+    """New clients: the modulator reads the batch being classified (code, context=batch) or the client's latest
+    fine-tuning batch D' (paper, context=support) — and the two give different logits."""
+    run = _run(tmp_path, f"algorithm.context={context}")
+    algo, data = run.algorithm, run.data
+    x, support = data.x[:6], (data.x[10:18], data.y[10:18])
+    out = algo.new_client_forward(algo.w, algo.bn, x, support)
+    own = algo.forward(algo.w, algo.bn, x, None)
+    from_support = algo.forward(algo.w, algo.bn, x, support)
+    assert not torch.allclose(own, from_support, atol=1e-6)
+    assert torch.allclose(out, own if context == "batch" else from_support, atol=1e-12, rtol=0)

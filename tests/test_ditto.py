@@ -138,3 +138,23 @@ def test_default_ditto_keeps_the_runs_solver_and_weighted_mean(tmp_path):
     run = _run(tmp_path)
     hp = run.algorithm.hp
     assert (hp.lam, hp.global_steps, hp.global_optimizer, hp.aggregate) == (0.01, None, None, "weighted")
+
+
+def test_personal_model_is_kept_across_rounds_and_its_optimizer_starts_fresh(tmp_path):
+    """Round 2's personal update starts from v_k as round 1 left it (not from w), anchored at w^2, with a fresh
+    optimizer: with momentum 0.9 and s = 1 step, v_k <- v_k - eta (grad CE(v_k) + lambda (v_k - w^2)) exactly
+    (torch SGD's first step with a new momentum buffer is the plain gradient step)."""
+    lam, lr, k = 0.3, 0.1, 4
+    run = _run(tmp_path, f"algorithm.lam={lam}", "algorithm.personal_steps=1", f"lr={lr}", "optim.momentum=0.9")
+    algo, fm, data = run.algorithm, run.fm, run.data
+    algo.round(1, torch.arange(10))
+    v1 = {n: t[k].clone() for n, t in algo.V.items()}
+    w1 = {n: t.clone() for n, t in algo.w.items()}
+    assert not torch.allclose(v1["head.0.weight"], w1["head.0.weight"])      # round 1 moved v_k away from w
+    algo.round(2, torch.arange(10))
+    batch = make_schedule([data.train_idx[k]], [k], int(run.cfg.batch_size), algo.seed, "personal", 2, steps=1)[0][0]
+    p = {n: t.clone().requires_grad_(True) for n, t in v1.items()}
+    ce = torch.nn.functional.cross_entropy(fm(p, row(algo.VB, k), data.x[batch]), data.y[batch])
+    grads = dict(zip(p, torch.autograd.grad(ce, list(p.values()))))
+    for n in p:
+        assert torch.allclose(algo.V[n][k], v1[n] - lr * (grads[n] + lam * (v1[n] - w1[n])), atol=1e-12, rtol=0), n

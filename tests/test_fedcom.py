@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import make_cfg, run_cfg
+from conftest import REPO, make_cfg, run_cfg
 
 from fedbench.algorithms.fedcom import complementary_peers, important_channels, matching_scores
 from fedbench.engine.executor import LocalResult
@@ -119,3 +119,55 @@ def test_config_errors_in_setup(tmp_path):
         Run(make_cfg("algorithm=fedcom", *PAIRS, "algorithm.top_x=129"), tmp_path / "x").setup()   # mlp: d = 128
     with pytest.raises(ConfigError, match="partition"):
         Run(make_cfg("algorithm=fedcom", "partition=dirichlet"), tmp_path / "p").setup()
+
+
+def test_balanced_test_split_subsamples_the_larger_class_of_the_pair():
+    """fedcom.md §4: a client's test set = its two classes with EQUAL counts from the official test split: the smaller
+    class whole, a random subset of the larger one. Test classes of unequal sizes (50, 37, 44, 61) so that the
+    subsampling really happens; the subset depends on the seed (not simply the first samples)."""
+    import numpy as np
+    from omegaconf import OmegaConf
+
+    from fedbench.data.partitions import make_partition
+    from fedbench.seeding import rng
+
+    sizes = [50, 37, 44, 61]
+    labels = np.concatenate([np.random.default_rng(0).permutation(np.repeat(np.arange(4), 100)),
+                             np.random.default_rng(1).permutation(np.repeat(np.arange(4), sizes))])
+    n_train = 400
+    cfg = OmegaConf.merge(OmegaConf.load(REPO / "conf" / "partition" / "complementary_pairs.yaml"), {"noise": False, "seed": 0})
+    subsets = []
+    for seed in (0, 1):
+        p = make_partition(cfg, labels, n_train, 4, 4, rng(seed, "partition"))
+        for k in range(4):
+            a, b = p.info["majority_class"][k], p.info["minority_class"][k]
+            te = p.test[k]
+            assert (te >= n_train).all() and len(np.unique(te)) == len(te)          # official test split, no repeats
+            m = min(sizes[a], sizes[b])
+            assert np.bincount(labels[te], minlength=4).tolist() == [m if c in (a, b) else 0 for c in range(4)]
+            small = a if sizes[a] < sizes[b] else b
+            assert set(np.flatnonzero(labels[n_train:] == small) + n_train) <= set(te.tolist())   # smaller class whole
+        subsets.append(sorted(p.test[0].tolist()))
+    assert subsets[0] != subsets[1]                                                # a random subset of the larger class
+
+
+def test_matching_among_a_rounds_participants_names_client_ids(tmp_path):
+    """With 4 of 10 clients in the round, the matching runs among them and k_com is a CLIENT ID (not a position in
+    the round): hand-made updates make the next participant (cyclically) everyone's complement."""
+    run = Run(make_cfg("algorithm=fedcom", *PAIRS, "hardware.precision=fp64", "algorithm.top_x=2"), tmp_path)
+    run.setup()
+    algo = run.algorithm
+    W = algo.classifier
+    for k, t in algo.V.items():                       # distinct personal models
+        t += torch.arange(10, dtype=t.dtype).view(-1, *[1] * (t.dim() - 1))
+    clients = torch.tensor([1, 4, 6, 9])
+    C, d = algo.w[W].shape
+    target = torch.tensor([1, 2, 3, 0])                # positions: the next participant
+    delta = torch.zeros(4, C, d, dtype=torch.float64)
+    delta[target, algo.minority[clients], :2] = 1.0
+    params = {k: v.unsqueeze(0).repeat(4, *[1] * v.dim()) for k, v in algo.w.items()}
+    params[W] = params[W] + delta
+    v, _, out = algo.personal_start(1, clients, LocalResult(params, {}, {}, torch.zeros(4), torch.ones(4)))
+    assert out["fedcom/peers"] == [4, 6, 9, 1]
+    for k in v:
+        assert torch.allclose(v[k], (algo.V[k][clients] + algo.V[k][clients[target]]) / 2), k
