@@ -138,6 +138,8 @@ CHECKS: dict[str, tuple] = {
     "hardware.deterministic": boolean(),
     "hardware.workers": (lambda v: v == "auto" or (_is_int(v) and v >= 1), "auto or an integer >= 1"),
     "hardware.channels_last": boolean(),
+    "hardware.tf32": boolean(),
+    "hardware.max_memory": number(0, None, lo_open=True, optional=True),   # bytes, or a fraction (<= 1) of the device's
     "hardware.pin_memory": boolean(),
     "hardware.eval_batch": int_at_least(1),
     "logger.wandb.mode": one_of("auto", "online", "offline", "disabled"),

@@ -26,6 +26,7 @@ from .data.datasets import load_dataset
 from .data.federated import FederatedData
 from .data.partitions import make_partition
 from .data.schedule import DataSchedule
+from .engine import numerics
 from .engine.augment import build_augment
 from .engine.executor import make_executor
 from .engine.functional import FModel
@@ -38,6 +39,17 @@ from .newclients import NewClients
 from .plots import heatmap
 from .preemption import Preempted, PreemptionGuard
 from .similarity import SimilarityMonitor
+
+
+def host_copy(o):
+    """A deep copy of ``o`` whose tensors are copied to the CPU."""
+    if torch.is_tensor(o):
+        return o.detach().to("cpu", copy=True)
+    if isinstance(o, dict):
+        return {k: host_copy(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)) and type(o) in (list, tuple):
+        return type(o)(host_copy(v) for v in o)
+    return copy.deepcopy(o)
 
 
 def pick_device(requested: str) -> torch.device:
@@ -121,7 +133,7 @@ class Run:
             from threadpoolctl import threadpool_limits
 
             threadpool_limits(limits=int(hw.threads))
-        torch.use_deterministic_algorithms(bool(hw.deterministic), warn_only=True)
+        numerics.configure(hw.get("tf32", False), bool(hw.deterministic), self.device)   # TF32 off unless asked; strict determinism
         self.dtype = torch.float64 if hw.precision == "fp64" else torch.float32
 
         dataset = load_dataset(cfg.dataset, cache_dir=cfg.cache_dir)
@@ -135,13 +147,13 @@ class Run:
 
         seeding.seed_everything(cfg.seed, "init")
         net = build_model(cfg.model, self.data.input_shape, self.data.num_classes).to(self.device, self.dtype)
-        if self.device.type == "cpu" and hw.channels_last:
+        self.executor = make_executor(hw.executor, self.device, hw.precision, bool(hw.channels_last), int(hw.eval_batch),
+                                      workers=hw.get("workers", 1), max_memory=hw.get("max_memory"))
+        if self.executor.channels_last:   # the sequential executor on the CPU only (never under vmap)
             net = net.to(memory_format=torch.channels_last)
         self.fm = FModel(net)
         self.initial_params, self.initial_buffers = self.fm.init_state(self.dtype, self.device)
         self.augment = build_augment(cfg.dataset)   # training-time augmentation (dataset.augment), or None
-        self.executor = make_executor(hw.executor, self.device, hw.precision, bool(hw.channels_last), int(hw.eval_batch),
-                                      workers=hw.get("workers", 1))
         self.algorithm = ALGORITHMS[cfg.algorithm.name](self)
         self.algorithm.setup()
         self.evaluator = Evaluator(self)
@@ -430,8 +442,9 @@ class Run:
                 "monitors": {n: m.state_dict() for n, m in self._monitors().items()}}
 
     def _snapshot(self, t: int) -> dict:
-        """A private copy of the state at a round boundary (saved if a signal interrupts the next round)."""
-        return {"round": t, "state": copy.deepcopy(self._state(t))}
+        """A private copy of the state at a round boundary (saved if a signal interrupts the next round), in host
+        memory: a GPU run keeps no second copy of its whole state on the device."""
+        return {"round": t, "state": host_copy(self._state(t))}
 
     def _restore(self, saved: dict) -> int:
         if saved.get("config_fingerprint") != self.fingerprint:
