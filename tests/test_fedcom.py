@@ -53,28 +53,35 @@ def test_matching_scores_equal_the_definition_loop():
             assert S[k, p] == pytest.approx(g[p, c[k], idx[k]].sum().item(), abs=1e-12)
 
 
-def test_personal_merge_is_the_mean_with_the_matched_peer_at_round_start(tmp_path):
-    """Eq. 2: the personal update starts from (v_k + v_kcom)/2 of the stored models; FedCOM finds k_com
-    from hand-made classifier updates that make client (k + 3) mod 10 everyone's complement."""
+def _matching_round(tmp_path, clients: torch.Tensor, target: torch.Tensor):
+    """FedCOM's personal_start on hand-made classifier updates: distinct stored personal models v_k, and global copies
+    whose classifier grew on channels 0, 1 of c_k for the participant at position target[i] (a little for the
+    requester itself too), so that target[i] is requester i's complement. Returns (run, merged v, diagnostics)."""
     run = Run(make_cfg("algorithm=fedcom", *PAIRS, "hardware.precision=fp64", "algorithm.top_x=2"), tmp_path)
     run.setup()
     algo = run.algorithm
-    W = algo.classifier
+    W, m = algo.classifier, len(clients)
     for k, t in algo.V.items():                       # distinct personal models
         t += torch.arange(10, dtype=t.dtype).view(-1, *[1] * (t.dim() - 1))
     C, d = algo.w[W].shape
-    minority = algo.minority
-    target = (torch.arange(10) + 3) % 10
-    delta = torch.zeros(10, C, d, dtype=torch.float64)
+    minority = algo.minority[clients]
+    delta = torch.zeros(m, C, d, dtype=torch.float64)
     delta[target, minority, :2] = 1.0                 # W_p - W grows on channels 0, 1 of c_k for p = target(k)
-    delta[torch.arange(10), minority, :2] += 0.1      # and a little for the requester itself
-    params = {k: v.unsqueeze(0).repeat(10, *[1] * v.dim()) for k, v in algo.w.items()}
+    delta[torch.arange(m), minority, :2] += 0.1       # and a little for the requester itself
+    params = {k: v.unsqueeze(0).repeat(m, *[1] * v.dim()) for k, v in algo.w.items()}
     params[W] = params[W] + delta                     # W_k^t = W^t + delta_k  ->  g_k = -delta_k
-    glob = LocalResult(params, {}, {}, torch.zeros(10), torch.ones(10))
-    v, vb, out = algo.personal_start(1, torch.arange(10), glob)
+    v, _, out = algo.personal_start(1, clients, LocalResult(params, {}, {}, torch.zeros(m), torch.ones(m)))
+    return run, v, out
+
+
+def test_personal_merge_is_the_mean_with_the_matched_peer_at_round_start(tmp_path):
+    """Eq. 2: the personal update starts from (v_k + v_kcom)/2 of the stored models; FedCOM finds k_com
+    from hand-made classifier updates that make client (k + 3) mod 10 everyone's complement."""
+    target = (torch.arange(10) + 3) % 10
+    run, v, out = _matching_round(tmp_path, torch.arange(10), target)
     assert out["fedcom/peers"] == target.tolist()
     for k in v:
-        assert torch.allclose(v[k], (algo.V[k] + algo.V[k][target]) / 2), k
+        assert torch.allclose(v[k], (run.algorithm.V[k] + run.algorithm.V[k][target]) / 2), k
     expected = (target == torch.as_tensor(run.data.info["partner"])).double().mean().item()
     assert out["fedcom/matching_acc"] == pytest.approx(expected)
 
@@ -154,20 +161,8 @@ def test_balanced_test_split_subsamples_the_larger_class_of_the_pair():
 def test_matching_among_a_rounds_participants_names_client_ids(tmp_path):
     """With 4 of 10 clients in the round, the matching runs among them and k_com is a CLIENT ID (not a position in
     the round): hand-made updates make the next participant (cyclically) everyone's complement."""
-    run = Run(make_cfg("algorithm=fedcom", *PAIRS, "hardware.precision=fp64", "algorithm.top_x=2"), tmp_path)
-    run.setup()
-    algo = run.algorithm
-    W = algo.classifier
-    for k, t in algo.V.items():                       # distinct personal models
-        t += torch.arange(10, dtype=t.dtype).view(-1, *[1] * (t.dim() - 1))
-    clients = torch.tensor([1, 4, 6, 9])
-    C, d = algo.w[W].shape
-    target = torch.tensor([1, 2, 3, 0])                # positions: the next participant
-    delta = torch.zeros(4, C, d, dtype=torch.float64)
-    delta[target, algo.minority[clients], :2] = 1.0
-    params = {k: v.unsqueeze(0).repeat(4, *[1] * v.dim()) for k, v in algo.w.items()}
-    params[W] = params[W] + delta
-    v, _, out = algo.personal_start(1, clients, LocalResult(params, {}, {}, torch.zeros(4), torch.ones(4)))
+    clients, target = torch.tensor([1, 4, 6, 9]), torch.tensor([1, 2, 3, 0])   # target: positions in the round
+    run, v, out = _matching_round(tmp_path, clients, target)
     assert out["fedcom/peers"] == [4, 6, 9, 1]
     for k in v:
-        assert torch.allclose(v[k], (algo.V[k][clients] + algo.V[k][clients[target]]) / 2), k
+        assert torch.allclose(v[k], (run.algorithm.V[k][clients] + run.algorithm.V[k][clients[target]]) / 2), k
