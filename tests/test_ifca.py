@@ -70,3 +70,17 @@ def test_new_clients_start_from_their_lowest_loss_cluster(tmp_path):
     j = algo.assign(ids)
     for n in P:
         assert torch.equal(P[n], algo.W[n][j])
+
+
+def test_a_cluster_nobody_chose_keeps_its_model(tmp_path):
+    """IFCA Alg. 2: θ_j is replaced by the mean of its clients' models only when some client chose j."""
+    run = _run(tmp_path)
+    algo = run.algorithm
+    _favour(algo, 1, 2)
+    before = {n: v.clone() for n, v in algo.W.items()}
+    j = int(algo.assign(torch.tensor([2]))[0])
+    algo.round(1, torch.tensor([2]))
+    assert j == 1
+    for n in algo.W:
+        assert not torch.equal(algo.W[n][1], before[n][1]), n
+        assert torch.equal(algo.W[n][0], before[n][0]) and torch.equal(algo.W[n][2], before[n][2]), n

@@ -222,3 +222,29 @@ def test_fedafa_loss_weights_augmented_ce_by_c_and_plain_ce_by_one_minus_c(tmp_p
     assert abs(augmented.item() - plain.item()) > 1e-6
     assert torch.allclose(loss(0.0), plain, atol=1e-12)
     assert torch.allclose(loss(0.6), 0.6 * augmented + 0.4 * plain, atol=1e-12)
+
+
+def test_fedafa_generates_for_minority_samples_only(tmp_path):
+    """A sample of class y becomes a generation slot with probability 1 − n_y / n_max: never for the client's largest
+    class (a batch of it is plain CE, no slot), often for a rare class (a batch of those has slots)."""
+    run = Run(make_cfg(*LONGTAIL, *TINY_RESNET, "algorithm=fedafa", "hardware.precision=fp64", "algorithm.p=0.0"),
+              tmp_path)
+    run.setup()
+    algo, fm, data = run.algorithm, run.fm, run.data
+    w, bn = algo.global_model()
+    k = 4
+    counts = algo.client_counts()[k]
+    idx = data.tensor(data.train_idx[k])
+    y_all = data.y[idx]
+    big, small = int(counts.argmax()), int(torch.where(counts > 0, counts, counts.max() + 1).argmin())
+    ctx = {"class_counts": counts, "client": torch.tensor(k), "w_global": w, "bn_global": bn}
+    for cls, slots in ((big, 0), (small, None)):
+        i = idx[y_all == cls]
+        algo.c, algo._t, algo._gen, algo._stats = 0.6, 1, {}, torch.zeros(2)
+        got = algo.loss(fm, w, {n: v.clone() for n, v in bn.items()}, data.x[i], data.y[i], ctx)
+        if slots == 0:
+            assert algo._stats[0] == 0
+            assert torch.allclose(got, F.cross_entropy(fm(w, {n: v.clone() for n, v in bn.items()}, data.x[i]), data.y[i]),
+                                  atol=1e-12)
+        else:
+            assert algo._stats[0] > 0

@@ -82,6 +82,21 @@ def test_fedbabu_fine_tune_scope(tmp_path):
     assert torch.equal(algo.client_models(torch.arange(4), 1)[0]["head.0.weight"], algo.local_w["head.0.weight"])
 
 
+def test_fedbabu_fine_tunes_with_ft_lr(tmp_path):
+    """One fine-tuning epoch in one full batch (batch_size ≥ n_k): the evaluated model is θ − ft_lr·∇CE(θ; D_k) from the
+    downloaded model, with ft_lr (0.3) and not the training lr (0.05)."""
+    run = _run(tmp_path, "fedbabu", "algorithm.ft_epochs=1", "algorithm.ft_lr=0.3", "lr=0.05", "batch_size=1000")
+    algo, fm, data = run.algorithm, run.fm, run.data
+    p, b = algo.download(torch.arange(4))
+    tuned, _ = algo.client_models(torch.arange(4), 1)
+    for k in range(4):
+        q = {n: v[k].clone().requires_grad_(True) for n, v in p.items()}
+        i = data.tensor(data.train_idx[k])
+        grads = torch.autograd.grad(F.cross_entropy(fm(q, {}, data.x[i]), data.y[i]), list(q.values()))
+        for (n, v), g in zip(q.items(), grads):
+            assert _close(tuned[n][k], v.detach() - 0.3 * g), (k, n)
+
+
 # ---- pFedMe ------------------------------------------------------------------------------------------------------------
 def test_pfedme_inner_problem_and_outer_updates_match_hand_computation(tmp_path):
     """R = 2 mini-batches, K = 2 inner steps: θ ← θ − plr(∇f(θ; D_r) + λ(θ − w_k)) (θ carried over between batches),
@@ -112,6 +127,8 @@ def test_pfedme_inner_problem_and_outer_updates_match_hand_computation(tmp_path)
     for n in w0:
         assert _close(algo.w[n], (1 - beta) * w0[n] + beta * avg[n]), n
     assert not _close(algo.theta["head.2.weight"][0], algo.w["head.2.weight"], 1e-6)   # personal ≠ global
+    personal, _ = algo.client_models(clients, 1)                                       # evaluated: θ_k, not w
+    assert all(_close(personal[n], algo.theta[n]) for n in algo.theta)
 
 
 @pytest.mark.parametrize("key,value", [("lam", 0), ("inner_steps", 0), ("personal_lr", -1), ("beta", 0), ("local_steps", 0)])
