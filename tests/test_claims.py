@@ -172,6 +172,12 @@ def test_bad_claims_files_are_refused_with_the_place_and_the_reason(tmp_path):
     problems = check(pc)
     assert any("'fedprox' is not a value of choice:algorithm" in p for p in problems)
     assert any("d: 'local > fedavg' is fails on the paper's own numbers" in p for p in problems)
+    # an experiment config that still sweeps a key the claims file leaves open (smoke.yaml sweeps algorithm)
+    path = _claims_file(tmp_path, [CLAIM])
+    node = yaml.safe_load(path.read_text())
+    node["experiments"]["grid"]["smoke"]["sweep"] = {"local_epochs": [1, 2]}
+    path.write_text(yaml.safe_dump(node))
+    assert any("smoke sweeps algorithm over local,fedavg,fedavg_ft and no override" in p for p in check(load_file(path)))
 
 
 def test_extra_overrides_must_not_change_results():
@@ -187,7 +193,8 @@ def _write_run(sweep: Path, job: dict, num: int, value: float | None, status="co
     algo, seed = job["algorithm"], int(job["seed"])
     d = sweep / f"{algo}_seed{seed}"
     (d / ".hydra").mkdir(parents=True)
-    (d / "config.yaml").write_text(yaml.safe_dump({"seed": seed, "rounds": 1, "algorithm": {"name": algo}}))
+    plain = {k: yaml.safe_load(v) for k, v in job.items() if k not in ("algorithm", "experiment", "seed")}
+    (d / "config.yaml").write_text(yaml.safe_dump({**plain, "seed": seed, "algorithm": {"name": algo}}))
     (d / ".hydra" / "hydra.yaml").write_text(yaml.safe_dump({"hydra": {
         "runtime": {"choices": {"algorithm": algo}}, "job": {"num": num},
         "overrides": {"task": [f"{'+' if k == 'experiment' else ''}{k}={v}" for k, v in job.items()]}}}))
@@ -223,6 +230,47 @@ def test_claim_from_run_dirs_pairs_seeds_across_runs_and_counts_missing_ones(tmp
     assert res.outcome.tests[0].per_seed == pytest.approx({0: 2.0})
     assert res.outcome.verdict == INCONCLUSIVE
     assert res.status == {"failed": 1, "missing": 1} and (res.n_complete, res.n_runs) == (4, 6)
+
+
+def test_where_picks_the_runs_of_one_swept_value(tmp_path):
+    """A claim with `where: {local_epochs: 2}` reads only those runs: there FedAvg beats Local (+5 each seed); at
+    local_epochs = 1 it loses (−5), so a claim that read both would be inconclusive."""
+    path = _claims_file(tmp_path, [{**CLAIM, "where": {"local_epochs": 2}}])
+    node = yaml.safe_load(path.read_text())
+    node["experiments"]["grid"]["smoke"]["sweep"]["local_epochs"] = [1, 2]
+    path.write_text(yaml.safe_dump(node))
+    pc = load_file(path)
+    jobs, _ = pc.experiments["grid"]["smoke"].jobs()
+    sweep = tmp_path / "runs" / "smoke" / "toy"
+    for i, job in enumerate(jobs):
+        sign = (1 if job["algorithm"] == "fedavg" else -1) * (1 if job["local_epochs"] == "2" else -1)
+        _write_run(sweep / f"e{job['local_epochs']}", job, i, 0.5 + 0.025 * sign + 0.01 * int(job["seed"]))
+    res = evaluate_claim(pc, pc.claims[0], RunSet(pc, "smoke", tmp_path / "runs"))
+    assert res.outcome.tests[0].per_seed == pytest.approx({0: 5.0, 1: 5.0, 2: 5.0}) and res.outcome.verdict == HOLDS
+    assert res.n_runs == 6
+
+
+def test_metric_at_mean_is_the_mean_over_the_logged_rounds(tmp_path):
+    """`<metric>@mean` (FedKA's forgetting degree over the rounds it was computed): rounds 0..3 log τ at 1 and 3
+    only (0.2, 0.6) -> 0.4; a run that never logged it has no value."""
+    from fedbench.report import Report, Table, collect
+
+    d = tmp_path / "run"
+    (d / ".hydra").mkdir(parents=True)
+    (d / ".hydra" / "hydra.yaml").write_text(yaml.safe_dump({"hydra": {"runtime": {"choices": {"algorithm": "fedavg"}},
+                                                                       "overrides": {"task": ["seed=0"]}}}))
+    (d / "config.yaml").write_text(yaml.safe_dump({"seed": 0, "algorithm": {"name": "fedavg"}}))
+    rows = [{"round": 0, "global/acc": 0.1}, {"round": 1, "forgetting/missing": 0.2}, {"round": 2, "global/acc": 0.3},
+            {"round": 3, "forgetting/missing": 0.6}]
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (d / "status.json").write_text(json.dumps({"status": "complete"}))
+    (d / "summary.json").write_text(json.dumps({"metrics": {}}))
+    spec = {"paper": "p", "id": "t", "rows": "choice:algorithm", "cols": None,
+            "metrics": {"tau": "forgetting/missing@mean", "none": "forgetting/dominant@mean"}}
+    [run] = collect([tmp_path])
+    rep = Report(Table(spec, [(run, spec)]))
+    assert rep.cells[("fedavg", "tau")].values == pytest.approx([0.4])
+    assert rep.cells[("fedavg", "none")].other == {"no value": 1}
 
 
 def test_paper_data_is_one_pseudo_seed():

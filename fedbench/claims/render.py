@@ -80,11 +80,6 @@ def ours_text(res: ClaimResult) -> str:
     return text
 
 
-def tests_text(res: ClaimResult) -> str:
-    return "; ".join(f"{t.label}{' @ ' + t.at if t.at else ''}: {fmt(t.mean, res.digits, sign=True)} ± "
-                     f"{fmt(t.std, res.digits)}" for t in res.outcome.tests)
-
-
 def duration(seconds: float) -> str:
     if not seconds:
         return "—"

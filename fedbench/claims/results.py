@@ -58,17 +58,24 @@ class RunSet:
 
     def runs(self, exp: Experiment) -> list[RunRecord]:
         if exp.name not in self._cache:
-            cfg = exp.compose()
-            jobs, _ = exp.jobs(cfg)
-            base = OmegaConf.to_container(cfg, resolve=False)
-            base.pop("hydra", None)
-            choices = dict(OmegaConf.to_container(cfg.hydra.runtime.choices))
-            out = []
+            jobs, _ = exp.jobs()
+            out, bases = [], {}
             for i, job in enumerate(jobs):
                 run = self.by_overrides.get(frozenset(job.items()))
-                out.append(run if run is not None else missing_run(job, base, choices, (0, i)))
+                if run is None:   # its config: the experiment composed with this job's swept values (an arm may
+                    swept = tuple(f"{k}={job[k.lstrip('+~')]}" for k in exp.sweep)   # choose the algorithm)
+                    if swept not in bases:
+                        bases[swept] = _base(exp.compose(list(swept)))
+                    run = missing_run(job, *bases[swept], (0, i))
+                out.append(run)
             self._cache[exp.name] = out
         return self._cache[exp.name]
+
+
+def _base(cfg) -> tuple[dict, dict]:
+    base = OmegaConf.to_container(cfg, resolve=False)
+    base.pop("hydra", None)
+    return base, dict(OmegaConf.to_container(cfg.hydra.runtime.choices))
 
 
 @dataclass

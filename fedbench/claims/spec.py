@@ -58,15 +58,6 @@ class Experiment:
             merged[_key(item)] = item
         return list(merged.values())
 
-    def values(self, key: str) -> list[str] | None:
-        """The values a key takes in the runs, when this file sets it (swept or fixed), as canonical strings."""
-        want = key[7:] if key.startswith("choice:") else key
-        for item in reversed(self.args()):
-            k, _, v = item.partition("=")
-            if k.lstrip("+~") == want or (key.startswith("choice:") and k.lstrip("+~").split("@")[0] == want):
-                return [canon(yaml.safe_load(x)) if x else x for x in v.split(",")]
-        return None
-
     def command(self, sweep_dir: str | None = None) -> str:
         tail = [f"hydra.sweep.dir={sweep_dir}"] if sweep_dir else []
         return "fedbench -m " + " ".join(_quote(a) for a in [*self.args(), *tail])
@@ -106,10 +97,6 @@ class Claim:
     percent: bool
     target: dict | None = None       # rounds_to_target / speedup (fedbench/report)
     note: str = ""
-
-    @property
-    def cols_of_paper(self) -> list:
-        return sorted({c for v in self.paper.values() if isinstance(v, dict) for c in v}, key=_numeric_first)
 
 
 @dataclass
@@ -296,19 +283,14 @@ def _quote(arg: str) -> str:
     return shlex.quote(arg)
 
 
-def _numeric_first(k):
-    try:
-        return (0, float(k), "")
-    except (TypeError, ValueError):
-        return (1, 0.0, str(k))
-
-
 
 
 # ---- checks that need Hydra (fedbench-claims check, the tests) ---------------------------------------------------
 
-def key_values(jobs: list[dict], cfg, key: str) -> set:
-    """The values (canonical) a row/column key takes over an experiment's jobs; from the config when no job sets it."""
+def key_values(jobs: list[dict], cfg, key: str, exp: Experiment | None = None) -> set:
+    """The values (canonical) a row/column key takes over an experiment's jobs. When no job sets it, the composed
+    config's value — for each value of each swept config group when ``exp`` is given (a sweep arm that chooses the
+    algorithm, e.g. FedKA's ``experiment/fedka/arm@_global_``)."""
     from omegaconf import OmegaConf
 
     name = key[7:] if key.startswith("choice:") else key
@@ -316,11 +298,11 @@ def key_values(jobs: list[dict], cfg, key: str) -> set:
             if k == name or (key.startswith("choice:") and k.split("@")[0] == name)}
     if vals:
         return vals
-    if key.startswith("choice:"):
-        v = OmegaConf.select(cfg, f"hydra.runtime.choices.{name}", default=None)
-    else:
-        v = OmegaConf.select(cfg, name, default=None)
-    return {canon(v)} if v is not None else set()
+    path = f"hydra.runtime.choices.{name}" if key.startswith("choice:") else name
+    configs = [cfg]
+    if exp is not None:
+        configs += [exp.compose([f"{k}={v}"]) for k, values in exp.sweep.items() if "/" in k for v in values]
+    return {canon(v) for c in configs if (v := OmegaConf.select(c, path, default=None)) is not None}
 
 
 def check(pc: PaperClaims) -> list[str]:
@@ -372,7 +354,7 @@ def _check_experiment(pc: PaperClaims, name: str, scale: str, exp: Experiment, o
             problems.append(f"{at}: sweep {k}: no such config key")
     for c in (c for c in pc.claims if c.experiment == name):
         where = f"{pc.path.name}: {c.id} at {scale}"
-        rows = key_values(jobs, cfg, c.by)
+        rows = key_values(jobs, cfg, c.by, exp)
         for n in c.predicate.names:
             if canon(n) not in rows and not (c.predicate.kind == "order" and _is_number(n)):
                 problems.append(f"{where}: '{n}' is not a value of {c.by} in its runs ({', '.join(sorted(rows))})")
