@@ -10,7 +10,7 @@ from conftest import make_cfg, run_cfg
 
 from fedbench import seeding
 from fedbench.engine.schedule import client_batches
-from fedbench.engine.stack import clone, row
+from fedbench.engine.stack import broadcast, clone, row
 from fedbench.errors import ConfigError
 from fedbench.run import Run
 
@@ -117,3 +117,25 @@ def test_bad_values_fail_before_training(tmp_path, key, value):
     with pytest.raises(ConfigError) as e:
         _run(tmp_path, "algorithm=fedavg", f"eval.new_clients.{key}={value}")
     assert e.value.key == f"eval.new_clients.{key}"
+
+
+def test_a_test_batch_of_one_sample_is_skipped(tmp_path):
+    """Code perfl_eval skips test batches of size 1 (BatchNorm needs two samples): with B = n - 1 a new client's test
+    split is one batch of n - 1 samples and one of 1 sample, and its accuracy is that of the first batch alone."""
+    probe = _run(tmp_path / "probe", "algorithm=fedavg")
+    m, k = 0, int(probe.new_clients.ids[0])
+    n = len(probe.data.test_idx[k])                                        # the same split in the run below (seed)
+    assert n >= 4
+    run = _run(tmp_path, "algorithm=fedavg", f"eval.new_clients.batch_size={n - 1}")
+    nc, algo, data, fm = run.new_clients, run.algorithm, run.data, run.fm
+    test = data.test_idx[k]
+    assert len(test) == n and int(nc.ids[0]) == k
+    order = test[seeding.rng(run.cfg.seed, "new_clients_test", 3, 0, k).permutation(n)]
+    first, last = data.tensor(order[:-1]), data.tensor(order[-1:])
+    correct = [(fm(algo.w, algo.bn, data.x[i]).argmax(1) == data.y[i]).double() for i in (first, last)]
+    with_single = (correct[0].mean() + correct[1].mean()).item() / 2
+    assert correct[0].mean().item() != pytest.approx(with_single)         # the rule changes the number here
+    M = len(nc.ids)                                                        # every new client scores the global model
+    support = [data.tensor(data.train_idx[int(j)][:2]) for j in nc.ids]
+    acc = nc.accuracy(algo, broadcast(algo.w, M), broadcast(algo.bn, M), support, 3, 0)
+    assert float(acc[m]) == pytest.approx(correct[0].mean().item(), abs=1e-12)
