@@ -6,6 +6,7 @@ allowed) with exit code 2, before anything runs — for every value of a multiru
 """
 from __future__ import annotations
 
+import functools
 import gc
 import os
 import sys
@@ -81,7 +82,7 @@ def precheck(args: list[str]) -> None:
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         try:
-            cfg = compose("config", overrides=base)
+            cfg = _defaults(tuple(base))
         except HydraException:
             return  # let Hydra report what it cannot compose
         for key in deleted:
@@ -112,6 +113,14 @@ def precheck(args: list[str]) -> None:
             except HydraException as e:
                 fail(f"invalid config: {str(e).splitlines()[0]}")
     GlobalHydra.instance().clear()
+
+
+@functools.lru_cache(maxsize=4)
+def _defaults(groups: tuple):
+    """The config of these group choices, before any key override (read only; composed once per process)."""
+    from hydra import compose
+
+    return compose("config", overrides=list(groups))
 
 
 def _node(cfg, key: str):
