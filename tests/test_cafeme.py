@@ -67,8 +67,9 @@ def test_sigmoid_gating_keeps_activations_between_zero_and_the_activation():
     assert torch.allclose(h, seen["a"] * torch.sigmoid(net.body.gates(x)[-1]))
 
 
-def _hand_update(run, k, S, O, alpha, beta, first_order):
-    """Alg. 2 + Alg. 1 line 8 with plain autograd (create_graph only for second order), outer step ω − β∇."""
+def _hand_update(run, k, S, O, alpha, beta, first_order, support_context=False):
+    """Alg. 2 + Alg. 1 line 8 with plain autograd (create_graph only for second order), outer step ω − β∇;
+    ``support_context``: the outer batch is classified with the gates of the last personalization batch D'."""
     net, data = run.fm.net, run.data
     pack = make_schedule([data.train_idx[k]], [k], 8, run.algorithm.seed, "train", 1, steps=1, batches_per_step=S + O)[0][0]
     xs, ys = data.x[pack].unflatten(0, (S + O, -1)), data.y[pack].unflatten(0, (S + O, -1))
@@ -78,7 +79,8 @@ def _hand_update(run, k, S, O, alpha, beta, first_order):
         g = torch.autograd.grad(F.cross_entropy(functional_call(net, phi, (xs[s],)), ys[s]), list(phi.values()),
                                 create_graph=not first_order)
         phi = {n: phi[n] - alpha * gi for n, gi in zip(phi, g)}
-    outer = F.cross_entropy(functional_call(net, phi, (xs[S:].flatten(0, 1),)), ys[S:].flatten(0, 1))
+    ctx = {"context": (xs[S - 1], ys[S - 1])} if support_context else {}
+    outer = F.cross_entropy(functional_call(net, phi, (xs[S:].flatten(0, 1),), ctx), ys[S:].flatten(0, 1))
     grads = torch.autograd.grad(outer, list(omega.values()))
     return {n: omega[n].detach() - beta * g for n, g in zip(omega, grads)}, dict(zip(omega, grads))
 
@@ -256,3 +258,17 @@ def test_new_clients_modulator_context(tmp_path, context):
     from_support = algo.forward(algo.w, algo.bn, x, support)
     assert not torch.allclose(own, from_support, atol=1e-6)
     assert torch.allclose(out, own if context == "batch" else from_support, atol=1e-12, rtol=0)
+
+
+def test_support_context_classifies_the_outer_batch_with_the_last_personalization_batchs_gates(tmp_path):
+    """Paper variant (context=support, Alg. 2 line 8): ζ for the outer loss comes from the LAST of the S inner
+    batches D' (not the first, not the outer batch itself); one SGD outer step by hand, S = 3."""
+    S, O, alpha, beta, k = 3, 1, 0.3, 0.05, 2
+    run = _run(tmp_path, "algorithm.context=support", f"algorithm.inner_steps={S}", f"algorithm.outer_batches={O}",
+               f"algorithm.inner_lr={alpha}", f"algorithm.outer_lr={beta}", "algorithm.outer_optimizer=sgd")
+    expected, _ = _hand_update(run, k, S, O, alpha, beta, True, support_context=True)
+    batch_ctx, _ = _hand_update(run, k, S, O, alpha, beta, True)
+    assert any(not torch.allclose(expected[n], batch_ctx[n], atol=1e-8) for n in expected)   # the context matters
+    run.algorithm.round(1, torch.tensor([k]))
+    for n, v in expected.items():
+        assert torch.allclose(run.algorithm.w[n], v, atol=1e-10, rtol=0), n
