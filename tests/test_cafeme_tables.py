@@ -132,21 +132,16 @@ def test_report_prints_the_papers_layout_and_the_fig4_panels_from_the_same_runs(
     assert fig.cells[("cafeme", "50")].mean == pytest.approx(51.0) and fig.cells[("cafeme", "0")].mean == pytest.approx(46.0)
 
 
-def test_one_column_from_the_command_line(tmp_path):
+def test_one_column_from_the_command_line(capsys):
     """`experiment/cafeme/column@_global_=<column>` picks one column (the CLI's pre-check knows nested groups): a
-    known column composes, an unknown one is one line naming the key, the value and the four allowed columns."""
-    import os
-    import subprocess
-    import sys
+    known column passes the pre-check, an unknown one is one line naming the key, the value and the allowed columns."""
+    from fedbench.cli import precheck
 
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "fedbench.cli", "+experiment=cafeme/table1", "logger=none"]
-    ok = subprocess.run([*cmd, f"{COLUMN}=rmnist_dirichlet", "--cfg", "job"], cwd=tmp_path, env=env, capture_output=True,
-                        text=True, timeout=300)
-    assert ok.returncode == 0, ok.stderr[-2000:]
-    assert "cafeme_column: RMNIST Dirichlet" in ok.stdout and "name: rmnist" in ok.stdout
-    bad = subprocess.run([*cmd, f"{COLUMN}=rmnist_iid", f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=300)
-    lines = [ln for ln in bad.stderr.splitlines() if ln.strip()]
-    assert bad.returncode == 2 and len(lines) == 1, bad.stderr[-2000:]
+    precheck(["+experiment=cafeme/table1", f"{COLUMN}=rmnist_dirichlet", "logger=none"])    # no exit: accepted
+    assert _cell("rmnist_dirichlet").cafeme_column == "RMNIST Dirichlet"
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        precheck(["+experiment=cafeme/table1", f"{COLUMN}=rmnist_iid", "logger=none"])
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert e.value.code == 2 and len(lines) == 1
     assert "experiment/cafeme/column='rmnist_iid'" in lines[0] and "rmnist_shards" in lines[0]
