@@ -71,7 +71,8 @@ def test_sequential_equals_vectorized(tmp_path):
     assert not torch.allclose(a.V["head.0.weight"][0], a.w["head.0.weight"])   # personal != global
 
 
-@pytest.mark.parametrize("key,value", [("lam", -0.1), ("personal_steps", 0), ("personal_epochs", 0)])
+@pytest.mark.parametrize("key,value", [("lam", -0.1), ("personal_steps", 0), ("personal_epochs", 0), ("global_steps", 0),
+                                       ("global_optimizer", "sgd"), ("global_lr", 0), ("aggregate", "median")])
 def test_bad_hyperparameters_fail_in_setup(tmp_path, key, value):
     with pytest.raises(ConfigError, match=f"algorithm.{key}"):
         _run(tmp_path, f"algorithm.{key}={value}")
