@@ -109,13 +109,15 @@ class ClaimResult:
 
 
 def labels(pc: PaperClaims, claim: Claim) -> dict:
-    """Display names of the rows: the ``table.labels`` of the claim's experiment config (at any scale)."""
+    """Display names of the rows: the ``table.labels`` of the claim's experiment configs (at any scale), then of the
+    paper's other experiments."""
     import yaml
 
     from ..cli import CONF_DIR
 
     out: dict = {}
-    for exp in pc.experiments[claim.experiment].values():
+    others = [e for name, per in pc.experiments.items() if name != claim.experiment for e in per.values()]
+    for exp in [*pc.experiments[claim.experiment].values(), *others]:
         try:
             node = yaml.safe_load((CONF_DIR / "experiment" / f"{exp.experiment}.yaml").read_text()) or {}
         except (OSError, yaml.YAMLError):
