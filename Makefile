@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export WANDB_SILENT := true
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test bench gpu-check clean
 
 $(BIN)/fedbench: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -22,6 +22,9 @@ test: setup   ## the whole test suite
 
 bench: setup  ## executor throughput and fraction of the machine's FLOP bound
 	$(BIN)/python scripts/bench.py
+
+gpu-check: setup  ## on a GPU machine: equality, syncs, numerics, benchmark, memory -> one report file
+	bash scripts/gpu_check.sh
 
 clean:
 	rm -rf outputs .cache .pytest_cache

@@ -18,8 +18,8 @@ from omegaconf import DictConfig
 
 from .config import dirname
 from .errors import ConfigError, Diverged, RunDirBusy, RunFailed
-from .preemption import Preempted
-from .sweep import SWEEP_FAILED, journal
+from .preemption import Preempted, hand_over
+from .sweep import SWEEP_FAILED, journal, lost_jobs
 CONF_DIR = Path(os.environ.get("FEDBENCH_CONF", Path(__file__).resolve().parent.parent / "conf"))
 GROUPS = ("algorithm", "dataset", "partition", "model", "hardware", "logger", "experiment")
 
@@ -243,6 +243,7 @@ def _task(cfg: DictConfig):
         saved = getattr(e, "checkpoint", None)
         where = f"checkpoint saved in {run_dir}" if saved else f"nothing to save yet in {run_dir}"
         print(f"fedbench: {e} received: {where}; re-run the same command to resume", file=sys.stderr, flush=True)
+        hand_over(e.signum)   # e.g. submitit's USR2 handler: requeue this job (it resumes from the checkpoint)
         sys.exit(128 + e.signum)
     except Exception as e:   # one line, never a traceback; in a sweep the next job goes on
         e = _as_typed(e, cfg, hc)
@@ -317,9 +318,19 @@ def main() -> None:
             # next to the other overrides: argparse takes the overrides as one positional run
             pos = next((i for i, a in enumerate(sys.argv) if i and "=" in a and not a.startswith("-")), len(sys.argv))
             sys.argv.insert(pos, f"hydra.sweep.dir='{sweep_dir(args)}'")
-    _task()
+    try:
+        _task()
+    except SystemExit as e:   # Hydra ended a multirun early: a launcher (submitit) got no result from a job
+        if e.code not in (None, 0) and not SWEEP_FAILED and os.environ.get("FEDBENCH_LAUNCH"):
+            lost_jobs(_given_sweep_dir(sys.argv), os.environ["FEDBENCH_LAUNCH"])
+        raise
     if SWEEP_FAILED:   # the sweep's summary line was printed by SweepSummary
         sys.exit(1)
+
+
+def _given_sweep_dir(argv: list[str]) -> Path:
+    given = [a.split("=", 1)[1].strip("'\"") for a in argv if a.startswith("hydra.sweep.dir=")]
+    return Path(given[-1]) if given else Path("outputs/multirun")
 
 
 if __name__ == "__main__":

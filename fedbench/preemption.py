@@ -1,4 +1,9 @@
-"""SIGTERM/SIGINT: save a checkpoint and exit cleanly; a second signal exits at once."""
+"""SIGTERM/SIGINT/SIGUSR2: save a checkpoint and exit cleanly; a second signal exits at once.
+
+SIGUSR2 is SLURM's advance warning of a time limit or preemption (``sbatch --signal=USR2@90``; submitit's
+default). Once the run is saved, :func:`hand_over` passes the signal on to the handler that was installed before
+fedbench's — submitit's requeues the job, and the requeued job resumes from the saved round.
+"""
 from __future__ import annotations
 
 import os
@@ -8,7 +13,7 @@ from contextlib import contextmanager
 
 
 class Preempted(BaseException):
-    """Raised in the main thread at the first SIGTERM/SIGINT (a BaseException, like KeyboardInterrupt)."""
+    """Raised in the main thread at the first SIGTERM/SIGINT/SIGUSR2 (a BaseException, like KeyboardInterrupt)."""
 
     def __init__(self, signum: int):
         self.signum = signum
@@ -18,7 +23,7 @@ class Preempted(BaseException):
 class PreemptionGuard:
     """While active, the first signal raises :class:`Preempted`; the second terminates immediately."""
 
-    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+    SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2)
 
     def __init__(self):
         self.received: int | None = None
@@ -60,3 +65,12 @@ class PreemptionGuard:
         for s, h in self._old.items():
             signal.signal(s, h)
         return False
+
+
+def hand_over(signum: int) -> None:
+    """After a preempted run is saved (its guard exited, the previous handlers back): call the Python handler that
+    was there before fedbench's, if any — submitit's USR2 handler requeues the job and exits. Python's own SIGINT
+    handler (KeyboardInterrupt) and the default/ignore dispositions are left alone."""
+    h = signal.getsignal(signum)
+    if callable(h) and h is not signal.default_int_handler:
+        h(signum, None)
