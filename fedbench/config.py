@@ -153,6 +153,19 @@ CHECKS: dict[str, tuple] = {
 }
 
 
+def _source_key(cfg, key: str) -> str:
+    """The key the user set: ``eval.forgetting.gamma: ${oc.select:algorithm.gamma,0.05}`` is reported as ``algorithm.gamma``."""
+    parent, _, leaf = key.rpartition(".")
+    node = OmegaConf.select(cfg, parent) if parent else cfg
+    if node is None or not OmegaConf.is_interpolation(node, leaf):
+        return key
+    raw = node._get_node(leaf)._value()
+    m = re.fullmatch(r"\$\{(?:oc\.select:)?([\w.]+)(?:,[^}]*)?\}", str(raw))
+    if m is None or OmegaConf.select(cfg, m.group(1), default=None) is None:
+        return key
+    return m.group(1)
+
+
 def validate(cfg) -> None:
     """Raise :class:`ConfigError` for the first bad value among the static checks."""
     for key, (ok, allowed) in CHECKS.items():
@@ -160,7 +173,8 @@ def validate(cfg) -> None:
         if value == "<missing>":
             continue  # optional sections (e.g. checkpoint) may be absent in old configs
         if not ok(value):
-            raise ConfigError(key, value, allowed)
+            source = _source_key(cfg, key)
+            raise ConfigError(source, value, allowed if source == key else f"{allowed} (it is also {key})")
     if OmegaConf.select(cfg, "optim.lr_decay_round") is not None and OmegaConf.select(cfg, "optim.lr_decay_to") is None:
         raise ConfigError("optim.lr_decay_to", None, "a learning rate > 0 when optim.lr_decay_round is set")
     if cfg.optim.nesterov and cfg.optim.momentum <= 0:

@@ -28,8 +28,8 @@ def _csv(path: Path) -> dict:
 
 def test_multirun_through_the_cli_into_a_report_with_a_failed_run(tmp_path, cache_dir, capsys):
     """A 2 methods x 2 seeds sweep of the smoke experiment where the seed doubles as the weight decay, so the runs
-    with seed 1e9 really diverge (non-finite parameters -> status failed): each cell holds 1 value of 2 runs and
-    says `1 failed`; a never-started job (its dir removed) is reported as missing in its own cell."""
+    with seed 1e9 really diverge (non-finite parameters -> status diverged): each cell holds 1 value of 2 runs and
+    says `1 diverged`; a never-started job (its dir removed) is reported as missing in its own cell."""
     sweep = tmp_path / "sweep"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
     cmd = [sys.executable, "-m", "fedbench.cli", "-m", "+experiment=smoke", "algorithm=local,fedavg",
@@ -38,23 +38,23 @@ def test_multirun_through_the_cli_into_a_report_with_a_failed_run(tmp_path, cach
     p = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode in (0, 1), p.stderr[-3000:]           # the sweep runs to its end (1 = some jobs failed)
     statuses = sorted(json.loads(f.read_text())["status"] for f in sweep.glob("*/status.json"))
-    assert statuses == ["complete"] * 2 + ["failed"] * 2
+    assert statuses == ["complete"] * 2 + ["diverged"] * 2
 
     out = tmp_path / "rep"
     assert main([str(sweep), "--out", str(out)]) == 0                     # = fedbench-report / scripts/report.py
     printed = capsys.readouterr().out
-    assert "Smoke" in printed and "1 failed" in printed and "RunFailed" in printed
+    assert "Smoke" in printed and "1 diverged" in printed and "diverged in round 1: non-finite" in printed
     cells = _csv(out / "smoke_smoke.csv")
     assert set(cells) == {(r, c) for r in ("local", "fedavg") for c in ("Best Acc", "Final Acc")}
     for (row, col), c in cells.items():
-        assert (c["n"], c["n_runs"], c["seeds"], c["status"]) == ("1", "2", "0", "failed=1")
-        assert c["cell"].endswith("(1/2, 1 failed)") and c["ours_std"] == "0.0"
+        assert (c["n"], c["n_runs"], c["seeds"], c["status"]) == ("1", "2", "0", "diverged=1")
+        assert c["cell"].endswith("(1/2, 1 diverged)") and c["ours_std"] == "0.0"
     # the numbers are the runs' summary.json values in percent
     fedavg = [json.loads((d / "summary.json").read_text()) for d in sweep.iterdir()
               if "algorithm=fedavg" in d.name and (d / "summary.json").exists()]
     assert [100 * s["metrics"]["pers/acc"]["best"] for s in fedavg] == [float(cells[("fedavg", "Best Acc")]["values"])]
     md = (out / "smoke_smoke.md").read_text()
-    assert "| Method | Best Acc | Final Acc |" in md and "failed" in md and "RunFailed" in md
+    assert "| Method | Best Acc | Final Acc |" in md and "diverged" in md and "non-finite" in md
     png = out / "smoke_smoke_curves_pers_acc.png"
     assert png.exists() and png.stat().st_size > 1000
 
@@ -66,7 +66,7 @@ def test_multirun_through_the_cli_into_a_report_with_a_failed_run(tmp_path, cach
     report([partial], out=tmp_path / "rep2", plots=False)
     cells = _csv(tmp_path / "rep2" / "smoke_smoke.csv")
     local = cells[("local", "Best Acc")]
-    assert (local["n"], local["n_runs"], local["cell"]) == ("0", "2", "1 missing, 1 failed")
+    assert (local["n"], local["n_runs"], local["cell"]) == ("0", "2", "1 missing, 1 diverged")
     assert cells[("fedavg", "Best Acc")]["n"] == "1"
 
 
