@@ -56,6 +56,22 @@ def test_pairs_by_seed_not_by_position():
     assert judge("fedrema > fedavg", data).tests[0].per_seed == {0: 1.0, 1: 1.0, 2: 1.0}
 
 
+def test_a_name_without_values_is_not_run_not_judged_on_the_others():
+    """`fedrema > local > fedavg` with FedReMa's runs not there yet: the one test that can be made (local > fedavg,
+    +11 on every seed) must not decide the claim alone — it is `not run`, naming what is missing. The same for a
+    margin, a trend and a sweep column without values."""
+    data = {"local": {None: {0: 49.0, 1: 50.0, 2: 48.0}}, "fedavg": {None: {0: 38.0, 1: 39.0, 2: 37.0}}}
+    out = judge("fedrema > local > fedavg", data)
+    assert out.verdict == NOT_RUN and "fedrema" in out.reason
+    assert judge("local > fedavg", data).verdict == HOLDS                    # with every name present it is judged
+    assert judge("fedrema - fedavg > 1", data).verdict == NOT_RUN
+    trend = {"fedrema": {0.2: {0: 50.0, 1: 51.0, 2: 52.0}, 0.4: {0: 45.0, 1: 46.0, 2: 47.0}, 0.6: {}}}
+    out = judge("fedrema decreasing", trend, cols=(0.2, 0.4, 0.6))
+    assert out.verdict == NOT_RUN and "0.6" in out.reason
+    trend["fedrema"][0.6] = {0: 40.0, 1: 41.0, 2: 42.0}
+    assert judge("fedrema decreasing", trend, cols=(0.2, 0.4, 0.6)).verdict == HOLDS
+
+
 def test_direction_of_a_comparison_matters():
     """A > B holds exactly where B > A fails, and A < B is the same claim as B > A (asymmetric values)."""
     data = {"a": {None: {0: 61.0, 1: 63.5, 2: 62.0}}, "b": {None: {0: 58.0, 1: 60.0, 2: 59.5}}}

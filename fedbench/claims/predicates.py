@@ -18,7 +18,8 @@ quantity needs exists for it; pairs are matched by seed, never by position) and 
 * **fails** if n >= min_seeds, every m_s < 0 and mean(m) < -tolerance;
 * is **inconclusive** otherwise (too few seeds, mixed signs, or a mean within the tolerance of the bound).
 
-A claim holds if all its tests hold, fails if any fails, and is inconclusive otherwise.
+A claim holds if all its tests hold, fails if any fails, and is inconclusive otherwise. A claim where a name it reads
+(or one of its swept values) has no values yet is **not run**: it is never judged on the tests that remain.
 """
 from __future__ import annotations
 
@@ -167,6 +168,10 @@ def evaluate(pred: Predicate, data: dict, cols: list, tolerance: float, min_seed
     Seeds are matched by their value: a seed missing on one side drops out of that test."""
     if pred.kind == "close" and not paper_scale:
         return Outcome(NOT_COMPARABLE, "closeness to the paper's numbers is checked at paper scale only")
+    if pred.kind != "close":   # a name (or a swept value) without values: the claim is not judged on the others
+        empty = [n if col is None else f"{n} at {col}" for n in pred.names for col in cols if not _series(data, n, col)]
+        if empty:
+            return Outcome(NOT_RUN, "no values yet for " + ", ".join(empty))
     tests = _tests(pred, data, cols, paper or {})
     if not tests:
         return Outcome(NOT_RUN, "no values for the names the predicate reads")
