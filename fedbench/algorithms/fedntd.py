@@ -1,4 +1,4 @@
-"""FedNTD — federated not-true distillation (Lee, Jeong, Shin, Yun, NeurIPS 2022) — spec baselines.md, FedNTD row."""
+"""FedNTD — federated not-true distillation (Lee, Jeong, Shin, Yun, NeurIPS 2022)."""
 from __future__ import annotations
 
 import torch.nn.functional as F
@@ -18,7 +18,8 @@ class FedNTD(FedAvg):
         L = CE(q_l, y) + β · τ² · KL(q̃_g^τ ‖ q̃_l^τ),   q̃^τ = softmax(logits/τ) over the not-true classes,
 
     the true class's logit removed from both the local (q̃_l) and the round-start global model's (q̃_g)
-    logits; the server averages as FedAvg. The global model runs in eval mode without gradient.
+    logits; the server averages as FedAvg. The global model runs in eval mode without gradient (BN running
+    statistics), the local model in train mode, as the official code's teacher copy in effect does.
     ``tau_squared: false`` drops the τ² factor, as the official ``criterion.py`` (same value at τ = 1).
     """
 
