@@ -10,6 +10,7 @@ import functools
 import gc
 import os
 import sys
+import time
 from pathlib import Path
 
 import hydra
@@ -237,6 +238,7 @@ def _task(cfg: DictConfig):
     run_dir = Path(hc.runtime.output_dir)
     provenance = {"config.yaml": cfg, "hydra.yaml": HydraConfig.instance().cfg, "overrides.yaml": hc.overrides.task}
     outcome, error, code = "complete", None, 0
+    started = time.time()
     try:
         summary = Run(cfg, run_dir, group=group, provenance=provenance).execute()
     except Preempted as e:
@@ -262,7 +264,8 @@ def _task(cfg: DictConfig):
         gc.collect()  # a run's objects reference each other; free its data and models before the sweep's next job
     if multirun:   # one line per job in <sweep dir>/jobs.jsonl: the sweep's summary reads it (any launcher)
         journal(Path(hc.sweep.dir), {"launch": os.environ.get("FEDBENCH_LAUNCH"), "job": hc.job.num, "dir": str(run_dir),
-                                      "status": outcome, "error": error})
+                                      "status": outcome, "error": error, "overrides": list(hc.overrides.task),
+                                      "seconds": round(time.time() - started, 1)})
     return summary.get("metrics") if summary else None
 
 

@@ -1,4 +1,5 @@
-"""One interface, several sinks: the rich console, ``metrics.jsonl`` in the run dir, Weights & Biases.
+"""One interface, several sinks: the console and ``run.log`` (fedbench.console), ``metrics.jsonl`` in the run dir,
+Weights & Biases.
 
 Algorithms publish metrics and pictures by name through :class:`Loggers`; none talks to wandb directly.
 ``metrics.jsonl`` is the run's record; W&B is a mirror: a W&B failure at init or during the run (no network, a bad
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from .console import ConsoleSink
 from .errors import WriteFailed
 
 _WANDB_DOWN: str | None = None   # why W&B online could not start earlier in this process (a sweep's later jobs skip it)
@@ -64,44 +66,6 @@ class JsonlSink:
             self.f.close()
         except OSError:   # already reported by log()
             pass
-
-
-class ConsoleSink:
-    """A rich progress bar over rounds with live accuracy/loss, and a summary table at the end."""
-
-    def __init__(self, total_rounds: int, title: str, start_round: int = 0):
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-        self.console = Console(stderr=True)
-        self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TextColumn("{task.fields[stats]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-                                 console=self.console, transient=False)
-        self.task = self.progress.add_task(title, total=total_rounds, completed=start_round, stats="")
-        self.progress.start()
-
-    def log(self, step: int, metrics: dict) -> None:
-        shown = [(k, metrics[k]) for k in ("pers/acc", "global/acc", "train/loss") if k in metrics and metrics[k] is not None]
-        stats = "  ".join(f"{k}={float(v):.4f}" for k, v in shown)
-        self.progress.update(self.task, completed=step, **({"stats": stats} if stats else {}))
-
-    def image(self, key, path, step) -> None:
-        pass
-
-    def summary(self, summary: dict) -> None:
-        from rich.table import Table
-
-        self.progress.stop()
-        table = Table(title="fedbench summary")
-        table.add_column("metric")
-        for col in ("best", "final", "last"):
-            table.add_column(col, justify="right")
-        for name, s in summary.get("metrics", {}).items():
-            table.add_row(name, *(f"{s[c]:.4f}" if isinstance(s.get(c), (int, float)) else "-" for c in ("best", "final", "last")))
-        self.console.print(table)
-
-    def finish(self, status: str) -> None:
-        self.progress.stop()
 
 
 def wandb_mode(requested: str) -> str:
@@ -203,6 +167,12 @@ class Loggers:
     def finish(self, status: str) -> None:
         self._each("finish", status)
 
+    def note(self, *lines: str) -> None:
+        """Plain lines for the console and run.log (the run's start header)."""
+        for s in self.sinks:
+            if isinstance(s, ConsoleSink):
+                s.note(*lines)
+
     @property
     def wandb_id(self) -> str | None:
         return next((s.id for s in self.sinks if isinstance(s, WandbSink)), None)
@@ -240,8 +210,7 @@ def build_loggers(cfg, run_dir: Path, title: str, start_round: int = 0, wandb_id
     sinks: list = []
     if lc.jsonl:
         sinks.append(JsonlSink(run_dir))
-    if lc.console:
-        sinks.append(ConsoleSink(cfg.rounds, title, start_round))
+    sinks.append(ConsoleSink(cfg, run_dir, title, start_round))   # run.log always; the console if logger.console
     wb, state = _wandb_sink(cfg, run_dir, wandb_id, group, title)
     if wb is not None:
         sinks.append(wb)

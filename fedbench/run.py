@@ -22,6 +22,7 @@ from . import checkpoint as ckpt
 from . import rundir, seeding
 from .algorithms import ALGORITHMS
 from .config import validate
+from .console import header_lines
 from .data.datasets import load_dataset
 from .data.federated import FederatedData
 from .data.partitions import make_partition
@@ -281,6 +282,7 @@ class Run:
         self.loggers = build_loggers(cfg, self.run_dir, title, start_round=t0, group=self.group, wandb_id=wandb_id,
                                      on_wandb_state=lambda state: self.status.set(wandb=state))
         self.status.set(wandb=self.loggers.wandb_state, wandb_id=self.loggers.wandb_id)
+        self.loggers.note(*header_lines(self, t0))   # run dir, what runs, on what (console and run.log)
         if resumed:
             print(f"fedbench: resuming {self.run_dir} after round {t0}", file=sys.stderr)
         else:

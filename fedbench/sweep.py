@@ -1,6 +1,9 @@
-"""A multirun's outcome in one line: each job appends its result to ``<sweep dir>/jobs.jsonl`` (from whatever process
-the launcher runs it in), and :class:`SweepSummary` (a Hydra callback, in the launching process) ends the sweep with
-``fedbench: 3 of 40 runs failed (...); see status.json in <sweep dir>/: <job dirs>`` and a non-zero exit."""
+"""A multirun says where it is and what it found: each job appends its result to ``<sweep dir>/jobs.jsonl`` (from
+whatever process the launcher runs it in), and :class:`SweepSummary` (a Hydra callback) prints the sweep's dir and
+its number of jobs first, ``job k/N`` with an ETA for the whole sweep as each job starts, and at the end a table of
+its jobs (overrides, status, best, final, time) and the ``fedbench-report <sweep dir>`` line on stdout; if a job
+failed, it ends with ``fedbench: 3 of 40 runs failed (...); see status.json in <sweep dir>/: <job dirs>`` on stderr
+and a non-zero exit."""
 from __future__ import annotations
 
 import json
@@ -10,6 +13,9 @@ import time
 from pathlib import Path
 
 from hydra.experimental.callback import Callback
+
+from . import rundir
+from .console import HEADLINE, clock
 
 SWEEP_FAILED: list[int] = []   # non-empty once a multirun of this process had a failed job (the exit code says so)
 
@@ -28,10 +34,45 @@ class SweepSummary(Callback):
 
     def on_multirun_start(self, config, **kwargs) -> None:
         os.environ["FEDBENCH_LAUNCH"] = f"{os.getpid()}-{time.time_ns()}"   # inherited by the launcher's workers
+        n = job_count(config)
+        os.environ["FEDBENCH_SWEEP_JOBS"] = str(n or "")
+        print(f"fedbench: sweep {config.hydra.sweep.dir}" + (f": {n} jobs" if n else ""), flush=True)
+
+    def on_job_start(self, config, **kwargs) -> None:
+        launch = os.environ.get("FEDBENCH_LAUNCH")
+        if launch and config.hydra.mode is not None and config.hydra.mode.name == "MULTIRUN":
+            print(job_line(Path(config.hydra.sweep.dir), launch, int(config.hydra.job.num),
+                           int(os.environ.get("FEDBENCH_SWEEP_JOBS") or 0), list(config.hydra.overrides.task)), flush=True)
 
     def on_multirun_end(self, config, **kwargs) -> None:
         sweep = Path(config.hydra.sweep.dir)
         summarize(sweep, _rows(sweep, os.environ.get("FEDBENCH_LAUNCH")))
+
+
+def job_count(config) -> int | None:
+    """How many jobs Hydra's basic sweeper makes of the config's sweep params and the command line (None for another
+    sweeper)."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    if not str(config.hydra.sweeper.get("_target_", "")).endswith("BasicSweeper"):
+        return None
+    params = [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
+    try:
+        parsed = OverridesParser.create().parse_overrides(params + list(config.hydra.overrides.task))
+        return sum(len(batch) for batch in BasicSweeper.split_arguments(parsed, None))
+    except Exception:   # Hydra reports a bad sweep itself
+        return None
+
+
+def job_line(sweep: Path, launch: str, num: int, total: int, overrides: list[str]) -> str:
+    """``fedbench: job 3/6 (seed=1,algorithm=fedavg); sweep 0:01:10 so far, eta 0:02:20`` — the ETA from the jobs of
+    this launch that have finished (whatever the launcher runs in parallel)."""
+    done = len(_rows(sweep, launch))
+    elapsed = time.time() - int(launch.rsplit("-", 1)[-1]) / 1e9
+    of = f"/{total}" if total else ""
+    eta = f", eta {clock(elapsed / done * (total - done))}" if done and total else ""
+    return f"fedbench: job {num + 1}{of} ({' '.join(overrides)}); sweep {clock(elapsed)} so far{eta}"
 
 
 def _rows(sweep: Path, launch: str | None) -> list[dict]:
@@ -72,7 +113,9 @@ def lost_jobs(sweep: Path, launch: str) -> None:
 
 
 def summarize(sweep: Path, rows: list[dict]) -> bool:
-    """Print the sweep's summary line if a job failed (and remember it for the exit code); True if it did."""
+    """Print the sweep's table of jobs and the report command (stdout), then the summary line if a job failed (stderr;
+    remembered for the exit code); True if one did."""
+    print(jobs_table(sweep, rows), f"fedbench-report {sweep}", sep="\n", flush=True)
     bad = sorted((r for r in rows if r.get("status") != "complete"), key=lambda r: r.get("job") or 0)
     if not bad:
         return False
@@ -85,3 +128,26 @@ def summarize(sweep: Path, rows: list[dict]) -> bool:
           f"see status.json in {sweep}/: {shown}", file=sys.stderr, flush=True)
     SWEEP_FAILED.append(1)
     return True
+
+
+def jobs_table(sweep: Path, rows: list[dict]) -> str:
+    """One row per job: the overrides that differ between the jobs, status, best and final of the headline accuracy
+    (from its summary.json), and its time."""
+    rows = sorted(rows, key=lambda r: (r.get("job") is None, r.get("job") or 0))
+    summaries = [rundir.read_json(Path(r["dir"]) / "summary.json")[0] if r.get("dir") else None for r in rows]
+    summaries = [s if isinstance(s, dict) else {} for s in summaries]
+    metric = next((k for k in HEADLINE if any(k in s.get("metrics", {}) for s in summaries)), HEADLINE[0])
+    given = [r.get("overrides") for r in rows]
+    common = set.intersection(*(set(g) for g in given)) if len(rows) > 1 and all(given) else set()
+    table = [["job", "overrides", "status", f"{metric} best", "final", "time"]]
+    for r, s, g in zip(rows, summaries, given):
+        m = s.get("metrics", {}).get(metric, {})
+        shown = " ".join(o for o in g if o not in common) if g else os.path.relpath(r["dir"], sweep)
+        table.append(["?" if r.get("job") is None else str(r["job"] + 1), shown or "-", str(r.get("status")),
+                      f"{m['best']:.4f}" if "best" in m else "-", f"{m['final']:.4f}" if "final" in m else "-",
+                      clock(r["seconds"]) if isinstance(r.get("seconds"), (int, float)) else "-"])
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    done = sum(r.get("status") == "complete" for r in rows)
+    lines = [f"fedbench: sweep {sweep}: {done} of {len(rows)} jobs complete"]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table]
+    return "\n".join(lines)

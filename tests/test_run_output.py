@@ -1,0 +1,158 @@
+"""What a run and a sweep print when their output is redirected (nohup, SLURM, CI), the run's run.log, and the
+per-round metrics.csv and curves.png (issue 20, items 3, 4 and 7). Real subprocesses whose stdout is a pipe."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import make_cfg, run_cfg
+
+CLI = [sys.executable, "-m", "fedbench.cli"]
+
+
+def env(tmp_path: Path) -> dict:
+    return {**os.environ, "WANDB_MODE": "offline", "FEDBENCH_CACHE": str(tmp_path / "cache")}
+
+
+def csv_rows(path: Path) -> list[dict]:
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def jsonl(path: Path) -> list[dict]:
+    return [json.loads(ln) for ln in path.read_text().splitlines()]
+
+
+def test_redirected_run_prints_each_evaluated_round_at_once_and_logs_it_in_run_log(tmp_path):
+    """stdout is a pipe: the header, then one plain line per evaluated round, each readable while the run goes on
+    (the process is killed after round 2's line: a buffered line would arrive only at exit, or never)."""
+    run_dir = tmp_path / "a-long-run-dir-name-so-the-lines-are-wider-than-eighty-columns" / "run"
+    p = subprocess.Popen([*CLI, "rounds=1000", "clients=3", "local_epochs=1", "eval_every=2", "logger=none",
+                          "logger.console=true", "hardware=cpu", "hardware.threads=1", f"hydra.run.dir={run_dir}"],
+                         cwd=tmp_path, env=env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = []
+    try:
+        for line in p.stdout:
+            seen.append(line.rstrip("\n"))
+            if line.startswith("round 4/"):
+                alive = p.poll() is None
+                break
+    finally:
+        p.kill()
+        p.communicate(timeout=60)
+    assert seen and alive, (seen, p.stderr)
+    assert seen[0] == f"fedbench: run dir {run_dir}" and len(seen[0]) > 80   # whole, not cut to 80 columns
+    assert seen[1] == "fedbench: fedavg on digits, partition dirichlet, model mlp, seed 0, 1000 rounds, 3 clients"
+    assert seen[2] == "fedbench: device cpu, executor sequential, precision fp32"
+    rounds = [ln for ln in seen if ln.startswith("round ")]
+    assert [ln.split()[1] for ln in rounds] == ["0/1000", "2/1000", "4/1000"]   # evaluated rounds only (eval_every=2)
+    metrics = {r["round"]: r for r in jsonl(run_dir / "metrics.jsonl") if "pers/acc" in r}
+    for ln in rounds:   # the round's own numbers, elapsed and ETA
+        words = ln.split()
+        t = int(words[1].split("/")[0])
+        assert words[words.index("pers/acc") + 1] == f"{metrics[t]['pers/acc']:.4f}"
+        assert words[words.index("global/acc") + 1] == f"{metrics[t]['global/acc']:.4f}"
+        assert ("train/loss" in words) == (t > 0) and "elapsed" in words and "eta" in words
+    assert rounds[0].endswith("eta -") and not rounds[2].endswith("eta -")
+    log = (run_dir / "run.log").read_text().splitlines()
+    assert log[:len(seen)] == seen   # run.log holds the same lines, written as they were printed
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    """One cheap sweep, redirected: 3 jobs of the smoke experiment at 1 round, the last one diverging."""
+    tmp = tmp_path_factory.mktemp("sweep")
+    d = tmp / "sweep"
+    p = subprocess.run([*CLI, "-m", "+experiment=smoke", "rounds=1", "clients=3", "algorithm=fedavg", "seed=0",
+                        "lr=0.05,0.02,1e6", "logger.console=true", "hardware=cpu", "hardware.threads=1",
+                        f"hydra.sweep.dir={d}"], cwd=tmp, env=env(tmp), capture_output=True, text=True, timeout=600)
+    jobs = {json.loads(ln)["job"]: json.loads(ln) for ln in (d / "jobs.jsonl").read_text().splitlines()}
+    return d, p, jobs
+
+
+def test_sweep_prints_its_dir_first_then_job_k_of_n_with_an_eta(sweep):
+    d, p, jobs = sweep
+    out = p.stdout.splitlines()
+    assert out[0] == f"fedbench: sweep {d}: 3 jobs", p.stdout[:2000]
+    starts = [ln for ln in out if ln.startswith("fedbench: job ")]
+    assert [ln.split()[2] for ln in starts] == ["1/3", "2/3", "3/3"]
+    assert "lr=0.05" in starts[0] and "lr=1000000.0" in starts[2]
+    assert "eta" not in starts[0] and all(", eta " in ln for ln in starts[1:])   # ETA once a job has finished
+
+
+def test_each_job_has_its_header_rounds_and_end_lines_also_in_its_run_log(sweep):
+    d, p, jobs = sweep
+    out = p.stdout.splitlines()
+    for job in (jobs[0], jobs[1]):
+        run_dir = Path(job["dir"])
+        cfg = (run_dir / "config.yaml").read_text()
+        summary = json.loads((run_dir / "summary.json").read_text())
+        log = (run_dir / "run.log").read_text().splitlines()
+        assert log[0] == f"fedbench: run dir {run_dir}" and log[-1] == log[0]
+        assert "seed 0, 1 round, 3 clients" in log[1] and "lr: 1000000.0" not in cfg
+        best = summary["metrics"]["pers/acc"]
+        assert log[-2].startswith("fedbench: complete in ")
+        assert f"pers/acc best {best['best']:.4f} (round {best['best_round']}), final {best['final']:.4f}" in log[-2]
+        assert [ln.split()[1] for ln in log if ln.startswith("round ")] == ["0/1", "1/1"]
+        i = out.index(log[0])
+        assert out[i:i + len(log)] == log   # the same lines on stdout, in one block
+
+
+def test_sweep_ends_with_a_table_of_its_jobs_and_the_report_command(sweep):
+    d, p, jobs = sweep
+    out = p.stdout.splitlines()
+    assert out[-1] == f"fedbench-report {d}"
+    start = out.index(f"fedbench: sweep {d}: 2 of 3 jobs complete")
+    header, *rows = out[start + 1:-1]
+    assert header.split() == ["job", "overrides", "status", "pers/acc", "best", "final", "time"]
+    assert len(rows) == 3
+    for row, job in zip(rows, (jobs[0], jobs[1], jobs[2])):
+        words = row.split()
+        lr = next(o for o in job["overrides"] if o.startswith("lr="))
+        assert words[:3] == [str(job["job"] + 1), lr, job["status"]]   # only the override that varies
+        if job["status"] == "complete":
+            s = json.loads((Path(job["dir"]) / "summary.json").read_text())["metrics"]["pers/acc"]
+            assert words[3:5] == [f"{s['best']:.4f}", f"{s['final']:.4f}"]
+        else:
+            assert words[3:5] == ["-", "-"]
+        assert words[5] != "-"
+    assert jobs[2]["status"] == "diverged" and p.returncode == 1
+    assert p.stderr.strip().splitlines()[-1].startswith("fedbench: 1 of 3 runs failed (1 diverged)")
+
+
+def test_every_run_dir_gets_metrics_csv_and_curves_png(sweep):
+    d, p, jobs = sweep
+    for job in jobs.values():   # the diverged run too (its rounds so far)
+        run_dir = Path(job["dir"])
+        assert (run_dir / "curves.png").stat().st_size > 0
+        rows = csv_rows(run_dir / "metrics.csv")
+        logged = [r for r in jsonl(run_dir / "metrics.jsonl") if "pers/acc" in r]
+        assert [int(r["round"]) for r in rows] == [r["round"] for r in logged]   # each evaluated round once
+        for r, m in zip(rows, logged):
+            assert float(r["pers/acc"]) == m["pers/acc"]
+            assert "global/class_acc" not in r   # lists are left to metrics.jsonl
+
+
+def test_metrics_csv_after_a_resume_has_each_round_once_as_metrics_jsonl(tmp_path):
+    """A run killed after round 2 had logged round 3: the resumed run redoes round 3; the CSV written at its end
+    holds rounds 0..3 once each, with the values of metrics.jsonl (the redone round 3)."""
+    run_dir = tmp_path / "run"
+    cfg = make_cfg("rounds=3", "clients=3", "checkpoint.every=1", "checkpoint.keep=5")
+    run_cfg(cfg, run_dir)
+    (run_dir / "summary.json").unlink()
+    status = json.loads((run_dir / "status.json").read_text())
+    (run_dir / "status.json").write_text(json.dumps({**status, "status": "failed"}))
+    with open(run_dir / "metrics.jsonl", "a") as f:   # what a killed session may have left: its round 3
+        f.write(json.dumps({"round": 3, "pers/acc": 0.123, "train/loss": 9.0}) + "\n")
+    run_cfg(cfg, run_dir)
+    rows = csv_rows(run_dir / "metrics.csv")
+    logged = [r for r in jsonl(run_dir / "metrics.jsonl") if "pers/acc" in r]
+    assert [int(r["round"]) for r in rows] == [0, 1, 2, 3] == [r["round"] for r in logged]
+    assert [float(r["pers/acc"]) for r in rows] == [r["pers/acc"] for r in logged]
+    assert float(rows[3]["pers/acc"]) != 0.123 and float(rows[3]["train/loss"]) != 9.0
+    assert "fedbench: resumed after round 2" in (run_dir / "run.log").read_text()
