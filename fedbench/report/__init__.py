@@ -2,7 +2,8 @@
 paper's numbers, write Markdown/CSV, draw PNGs, log to W&B (docs/report.md).
 
     fedbench-report outputs/multirun/<sweep> [<more sweeps>] [--out DIR] [--wandb [MODE] | --no-wandb] [--no-plots]
-    fedbench-tables [--markdown [PATH]]          # every paper table with its command (docs/tables.md)
+                    [--format rich|markdown]
+    fedbench-tables [words] [--markdown [PATH]] [--estimate]   # every paper table, its commands, its time (docs/tables.md)
 
 Only the run dirs' own files are read (never W&B's servers): ``config.yaml`` (resolved; ``.hydra/config.yaml`` before
 a run started), ``.hydra/hydra.yaml`` (chosen group options, job number, overrides), ``status.json``,
@@ -30,8 +31,9 @@ __all__ = ["CSV_FIELDS", "DERIVED", "NOT_RUN_DIRS", "PAPERS", "Cell", "Column", 
 # ---- entry points --------------------------------------------------------------------------------------------------
 
 def report(dirs, out: Path | None = None, plots: bool = True, wandb: str | None = None, metric: str | None = None,
-           band: str = "minmax", console=None) -> list[tuple[Report, list[Path]]]:
-    """Every table found in ``dirs``: printed, written to ``out`` (default ``<first dir>/report``), plotted, logged."""
+           band: str = "minmax", console=None, fmt: str = "rich") -> list[tuple[Report, list[Path]]]:
+    """Every table found in ``dirs``: printed (``fmt``: a rich table, or the Markdown file's text), written to ``out``
+    (default ``<first dir>/report``), plotted, logged."""
     runs = collect(dirs)
     if not runs:
         raise FileNotFoundError(f"no runs under {', '.join(map(str, dirs))}")
@@ -40,9 +42,13 @@ def report(dirs, out: Path | None = None, plots: bool = True, wandb: str | None 
     done = []
     for table in group_tables(runs, metric):
         rep = Report(table)
-        print_rich(rep, console)
+        if fmt == "rich":
+            print_rich(rep, console)
         pictures = (plot_curves(rep, out, band) + plot_vs_keys(rep, out)) if plots else []
-        (out / f"{table.stem}.md").write_text(to_markdown(rep, pictures, [str(d) for d in dirs]))
+        md = to_markdown(rep, pictures, [str(d) for d in dirs])
+        (out / f"{table.stem}.md").write_text(md)
+        if fmt == "markdown":
+            print(md)
         (out / f"{table.stem}.csv").write_text(to_csv(rep))
         mode = wandb_mode(wandb, rep)
         if mode != "disabled":
@@ -65,9 +71,12 @@ def main(argv=None) -> int:
     ap.add_argument("--no-wandb", action="store_const", const="disabled", dest="wandb", help="never log to W&B")
     ap.add_argument("--metric", help="for runs without a table: node, the accuracy metric to show (default pers/acc)")
     ap.add_argument("--band", choices=["minmax", "std"], default="minmax", help="band of the accuracy curves over seeds")
+    ap.add_argument("--format", choices=["rich", "markdown"], default="rich", dest="fmt",
+                    help="print each table as a terminal table (split in parts when wider than the terminal) or as "
+                    "the Markdown written to <out>/<table>.md")
     args = ap.parse_args(argv)
     try:
-        done = report(args.dirs, args.out, not args.no_plots, args.wandb, args.metric, args.band)
+        done = report(args.dirs, args.out, not args.no_plots, args.wandb, args.metric, args.band, fmt=args.fmt)
     except FileNotFoundError as e:
         print(f"fedbench-report: {e}", file=sys.stderr)
         return 1

@@ -18,6 +18,8 @@ def to_markdown(rep: Report, pictures: list[Path], sources: list[str]) -> str:
           + (" Accuracies in %." if any(t.percent(n) for n in t.metrics) else ""), "",
           "| " + " | ".join(head) + " |", "|" + "---|" + "---:|" * (len(head) - 1)]
     md += ["| " + " | ".join(x.replace("|", "\\|") for x in line) + " |" for line in rep.lines()]
+    if rep.comparison_notes():
+        md += ["", "n/c = not compared with the paper:", ""] + [f"- {n}" for n in rep.comparison_notes()]
     if rep.grid_notes():
         md += ["", "Cells marked `[key=value of n]` show the best value of a grid of n (mean over seeds):", ""]
         md += [f"- {n}" for n in rep.grid_notes()]
@@ -36,7 +38,8 @@ def _job(r: RunRecord) -> str:
 
 
 CSV_FIELDS = ["table", "row", "row_label", "column", "metric", "ours_mean", "ours_std", "ours_min", "ours_max", "n",
-              "n_runs", "seeds", "values", "status", "cell", "paper", "diff", "grid_key", "grid_value", "grid"]
+              "n_runs", "seeds", "values", "status", "cell", "paper", "diff", "not_compared", "grid_key", "grid_value",
+              "grid"]
 
 
 def to_csv(rep: Report) -> str:
@@ -54,6 +57,7 @@ def to_csv(rep: Report) -> str:
                         "values": ";".join(repr(v) for v in cell.values),
                         "status": ";".join(f"{k}={n}" for k, n in cell.other.items()), "cell": cell.text(rep.digits[c.key]),
                         "paper": "" if p == "absent" else rep.paper_text(row, c), "diff": _csvnum(rep.diff(row, c)),
+                        "not_compared": (rep.not_comparable(c) or "") if p != "absent" else "",
                         **_grid_fields(rep.grid(row, c))})
     return buf.getvalue()
 
@@ -71,28 +75,48 @@ def _csvnum(x) -> str:
 
 
 def print_rich(rep: Report, console=None) -> None:
+    """The table on the terminal. When it is wider than the terminal it is printed in several parts (the row names
+    repeated, a metric with its paper and Δ columns kept together), so that no number is ever cut or wrapped."""
     from rich.console import Console
     from rich.table import Table as RichTable
     from rich.text import Text
 
     console = console or Console(width=max(100, shutil.get_terminal_size((180, 40)).columns))
-    rt = RichTable(title=Text(rep.table.title), caption=Text(rep.seeds_note()))
-    rt.add_column(Text(rep.row_title()))
+    lines = rep.lines()
+    groups, i = [], 1                                     # per column: its cells' positions in a line
     for c in rep.columns:
-        rt.add_column(Text(c.header), justify="right")
-        if rep.has_paper(c):
-            rt.add_column("paper", justify="right", style="dim")
-            rt.add_column("Δ", justify="right", style="dim")
-    for row, line in zip(rep.row_keys, rep.lines()):
-        styled, i = [Text(line[0])], 1
-        for c in rep.columns:
-            cell = rep.cells[(row, c.key)]
-            style = "red" if "failed" in cell.other else "yellow" if cell.other or not cell.n_runs else ""
-            n = 3 if rep.has_paper(c) else 1
-            styled += [Text(line[i], style=style)] + [Text(x) for x in line[i + 1:i + n]]
-            i += n
-        rt.add_row(*styled)
-    console.print(rt)
+        n = 3 if rep.has_paper(c) else 1
+        groups.append((c, list(range(i, i + n))))
+        i += n
+    head = rep.header()
+
+    def width(j):   # a column's text width + rich's padding (2) and border (1)
+        return max(len(head[j]), *(len(line[j]) for line in lines)) + 3 if lines else len(head[j]) + 3
+
+    parts, room = [[]], console.width - width(0) - 2
+    for g in groups:
+        w = sum(width(j) for j in g[1])
+        if parts[-1] and sum(width(j) for _, js in parts[-1] for j in js) + w > room:
+            parts.append([])
+        parts[-1].append(g)
+    for k, part in enumerate(parts):
+        title = rep.table.title + (f" ({k + 1}/{len(parts)})" if len(parts) > 1 else "")
+        rt = RichTable(title=Text(title), caption=Text(rep.seeds_note()) if k == len(parts) - 1 else None)
+        rt.add_column(Text(head[0]), no_wrap=True)
+        for c, js in part:
+            rt.add_column(Text(head[js[0]]), justify="right", no_wrap=True)
+            for j in js[1:]:
+                rt.add_column(head[j], justify="right", style="dim", no_wrap=True)
+        for row, line in zip(rep.row_keys, lines):
+            styled = [Text(line[0])]
+            for c, js in part:
+                cell = rep.cells[(row, c.key)]
+                style = "red" if "failed" in cell.other else "yellow" if cell.other or not cell.n_runs else ""
+                styled += [Text(line[js[0]], style=style)] + [Text(line[j]) for j in js[1:]]
+            rt.add_row(*styled)
+        console.print(rt)
+    for note in rep.comparison_notes():
+        console.print(Text.assemble("  ", ("n/c", "yellow"), f" {note}"))
     for r in rep.incomplete():
         console.print(Text.assemble("  ", (r.status, "yellow"), f": {r.path or _job(r)}" + (f" — {r.error}" if r.error else "")))
     for note in rep.grid_notes():

@@ -12,6 +12,21 @@ from .grid import GridChoice, choose, tune_spec
 from .runs import RunRecord, _number, canon
 
 DERIVED = ("rounds_to_target", "speedup")   # metrics computed from metrics.jsonl (FedKA Table 2)
+# columns shown beside the paper's number without a difference: seconds measure this machine (the paper's measure its
+# GPU); counts of rounds (and FedKA's speedup, a ratio of them) depend on how many rounds ran, so they are compared
+# only when the runs ran the paper's rounds (scale 1, rounds not overridden)
+MACHINE_BOUND = ("wall_time", "time_per_round")
+ROUND_BOUND = ("ccp_rounds", "rounds_to_target", "speedup")
+METRIC_WORDS = {"pers/acc": "personalized accuracy", "pers/acc_mean": "personalized accuracy (client mean)",
+                "pers/acc_present_classes": "personalized accuracy (present classes)",
+                "global/acc": "global-model accuracy", "train/loss": "training loss", "ccp_rounds": "rounds in the CCP",
+                "wall_time": "wall time (s)", "time_per_round": "time per round (s)",
+                "newclients/step5_acc": "new-client accuracy after 5 steps"}
+
+
+def metric_words(metric: str) -> str:
+    """A metric as a picture or a title writes it: ``pers/acc`` -> ``personalized accuracy``."""
+    return METRIC_WORDS.get(metric, metric.replace("/", " ").replace("_", " "))
 
 
 # ---- tables -----------------------------------------------------------------------------------------------------
@@ -21,7 +36,7 @@ def default_table(runs: list[RunRecord], metric: str | None) -> dict:
     if metric is None:
         present = {m for r in runs for m in r.summary.get("metrics", {})}
         metric = next((m for m in ("pers/acc", "global/acc") if m in present), "pers/acc")
-    return {"paper": "runs", "id": metric.replace("/", "_"), "title": f"{metric}: best and final (no table: node)",
+    return {"paper": "runs", "id": metric.replace("/", "_"), "title": f"{metric_words(metric).capitalize()}: best and final",
             "rows": "choice:algorithm", "cols": None, "metrics": {"Best": f"{metric}.best", "Final": f"{metric}.final"},
             "percent": True}
 
@@ -325,7 +340,22 @@ class Report:
 
     def diff(self, row: str, col: Column):
         p, m = _number(self.paper(row, col)), self.cells[(row, col.key)].mean
-        return None if p is None or m is None else m - p
+        return None if p is None or m is None or self.not_comparable(col) else m - p
+
+    def not_comparable(self, col: Column) -> str | None:
+        """Why this column's numbers are shown beside the paper's without a difference (None: they are compared)."""
+        path = self.table.metrics[col.metric]
+        if path in MACHINE_BOUND:
+            return "seconds on this machine, not on the paper's hardware"
+        if path in ROUND_BOUND or path.endswith(".best_round"):
+            short = sorted({_reduced(r) for r, _ in self.members if r.status == "complete"} - {None})
+            if short:
+                return f"counts rounds; these runs ran {', '.join(short)}"
+        return None
+
+    def comparison_notes(self) -> list[str]:
+        """One line per column with the paper's numbers but no Δ, and why."""
+        return [f"{c.header}: no Δ — {why}" for c in self.columns if self.has_paper(c) and (why := self.not_comparable(c))]
 
     # ---- what is not complete ---------------------------------------------------------------------------------
     def incomplete(self) -> list[RunRecord]:
@@ -401,9 +431,21 @@ class Report:
                 choice = self.grid(row, c)
                 line.append(self.cells[(row, c.key)].text(self.digits[c.key]) + (f" {choice.label()}" if choice else ""))
                 if self.has_paper(c):
-                    line += [self.paper_text(row, c), fmt(self.diff(row, c), self.digits[c.key], sign=True)]
+                    blank = self.not_comparable(c) and _number(self.paper(row, c)) is not None
+                    line += [self.paper_text(row, c), "n/c" if blank else fmt(self.diff(row, c), self.digits[c.key], sign=True)]
             out.append(line)
         return out
+
+
+def _reduced(run: RunRecord) -> str | None:
+    """``20 of 100 rounds`` for a run below the paper's rounds (``scale`` < 1, or ``rounds`` set on the command line:
+    ``8 rounds (set)``), else None."""
+    rounds, scale = run.config.get("rounds"), _number(run.config.get("scale", 1.0))
+    if "rounds" in run.overrides:
+        return f"{rounds} rounds (set on the command line)"
+    if scale is not None and scale != 1.0:
+        return f"{rounds} of {round(rounds / scale)} rounds (scale={scale:g})" if _number(rounds) else f"scale={scale:g}"
+    return None
 
 
 def _metric_names(spec: dict) -> set:
