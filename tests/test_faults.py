@@ -142,6 +142,35 @@ def test_a_failure_outside_the_rounds_marks_the_run_failed_with_one_line(tmp_pat
     assert not (run_dir / "summary.json").exists()
 
 
+def test_a_signal_whose_exception_library_code_swallowed_still_stops_the_run(tmp_path):
+    """A signal's exception raised inside library code with a broad ``except BaseException`` (a ``__del__``, a
+    retry loop) is lost; the run must still stop as preempted, with the last finished round saved, not finish rc 0."""
+    from conftest import make_cfg
+
+    from fedbench.preemption import Preempted
+    from fedbench.run import Run
+
+    run_dir = tmp_path / "run"
+    run = Run(make_cfg("rounds=3", "clients=4", "checkpoint.every=0", cache_dir=tmp_path / "cache"), run_dir)
+    one_round = run._one_round
+
+    def round_then_swallow(t):
+        one_round(t)
+        if t == 1:
+            try:   # what such library code does when the signal lands in it
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(5)
+            except BaseException:
+                pass
+
+    run._one_round = round_then_swallow
+    with pytest.raises(Preempted):
+        run.execute()
+    st = status(run_dir)
+    assert st["status"] == "preempted" and st["round"] == 1 and "SIGINT" in st["error"]
+    assert ckpt.load_latest(run_dir, "cpu")["round"] == 1 and not (run_dir / "summary.json").exists()
+
+
 # ---- 3. W&B respects the environment, and its failures never fail or hang a run ---------------------------
 def test_wandb_auto_honours_WANDB_MODE_and_a_wandb_crash_mid_run_does_not_stop_the_run(tmp_path):
     run_dir = tmp_path / "run"
@@ -161,6 +190,19 @@ def test_wandb_auto_honours_WANDB_MODE_and_a_wandb_crash_mid_run_does_not_stop_t
     assert st["status"] == "complete" and st["wandb"].startswith("failed")
     assert evaluated_rounds(run_dir) == list(range(6))
     assert list(run_dir.glob("wandb/offline-run-*"))   # it ran offline (no online attempt) until the crash
+
+
+@pytest.mark.parametrize("given,mode", [({"WANDB_DISABLED": "true"}, "disabled"), ({"WANDB_MODE": "disabled"}, "disabled"),
+                                         ({"WANDB_MODE": "offline"}, "offline"), ({}, "online")])
+def test_wandb_auto_follows_WANDB_DISABLED_and_WANDB_MODE_over_an_api_key(monkeypatch, given, mode):
+    from fedbench.loggers import wandb_mode
+
+    for k in ("WANDB_MODE", "WANDB_DISABLED"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("WANDB_API_KEY", FAKE_KEY)
+    for k, v in given.items():
+        monkeypatch.setenv(k, v)
+    assert wandb_mode("auto") == mode
 
 
 def test_wandb_unreachable_at_init_warns_once_and_the_run_goes_on(tmp_path):
