@@ -214,11 +214,12 @@ def test_memory_budget_is_bytes_or_a_fraction():
 
 class SmallDevice(TorchDispatchMode):
     """A device with little memory: an op whose result is larger than ``limit`` bytes fails as out of memory
-    (``limit`` None: only records the largest result)."""
+    (``limit`` None: only records the largest result). ``once_after`` = k: only the (k+1)-th such op fails, once
+    (an OOM in the middle of a chunk's steps, after some of them have changed its clients' state)."""
 
-    def __init__(self, limit=None):
+    def __init__(self, limit=None, once_after=None):
         super().__init__()
-        self.limit, self.largest = limit, 0
+        self.limit, self.largest, self.once_after, self.over = limit, 0, once_after, 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -226,11 +227,17 @@ class SmallDevice(TorchDispatchMode):
                    if isinstance(t, torch.Tensor))
         self.largest = max(self.largest, size)
         if self.limit is not None and size > self.limit:
-            raise torch.OutOfMemoryError(f"simulated: {size} bytes")
+            self.over += 1
+            if self.once_after is None or self.over == self.once_after + 1:
+                raise torch.OutOfMemoryError(f"simulated: {size} bytes")
         return out
 
 
-def test_out_of_memory_halves_the_chunk_and_says_so_once(caplog):
+@pytest.mark.parametrize("when", ["first-step", "mid-chunk"])
+def test_out_of_memory_halves_the_chunk_and_says_so_once(caplog, when):
+    """first-step: every call of more than ~2 clients fails (6 -> 3, fails -> 1 per call); mid-chunk: the 6-client
+    call fails once halfway through its steps (BN statistics, parameters and momentum already moved, losses
+    summed), so the retried chunks must start over from the job's state."""
     x, y, train = dirichlet(0.3)
     fm = _net(torch.float64)
     sched = make_schedule(train, list(range(len(train))), 32, 0, "train", 1, epochs=1)
@@ -239,9 +246,15 @@ def test_out_of_memory_halves_the_chunk_and_says_so_once(caplog):
     alone = SmallDevice()
     with alone:   # the largest tensor one client's step makes
         VectorizedExecutor().train(first)
+    limit, once_after = 2.5 * alone.largest, None
+    if when == "mid-chunk":
+        big = SmallDevice(limit=limit, once_after=10 ** 9)   # counts the oversized results of the whole 6-client call
+        with big:
+            VectorizedExecutor().train(job)
+        once_after = big.over // 2
     ex = VectorizedExecutor()
-    with caplog.at_level(logging.WARNING, logger="fedbench.engine.executor"), SmallDevice(limit=2.5 * alone.largest):
-        res = ex.train(job)   # 6 clients -> 3 (fails) -> 1 per call
+    with caplog.at_level(logging.WARNING, logger="fedbench.engine.executor"), SmallDevice(limit, once_after):
+        res = ex.train(job)
     said = [r for r in caplog.records if "out of memory" in r.getMessage()]
     assert len(said) == 1 and "retrying with 3 per call" in said[0].getMessage()
     assert _max_diff(whole.params, res.params) <= 1e-12 and _max_diff(whole.buffers, res.buffers) <= 1e-12
