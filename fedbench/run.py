@@ -165,10 +165,11 @@ class Run:
 
     def _save_partition(self) -> None:
         counts = self.data.counts
-        np.savetxt(self.run_dir / "partition_counts.csv", counts, fmt="%d", delimiter=",",
-                   header=",".join(self.data.classes), comments="")
-        self.partition_png = heatmap(counts, self.run_dir / "partition.png", f"partition: {self.cfg.partition.name}",
-                                     "class", "client", cmap="Blues")
+        with rundir.atomic(self.run_dir / "partition_counts.csv") as f:
+            np.savetxt(f, counts, fmt="%d", delimiter=",", header=",".join(self.data.classes), comments="")
+        with rundir.written(self.run_dir / "partition.png") as png:   # a full disk: one line naming the file
+            self.partition_png = heatmap(counts, png, f"partition: {self.cfg.partition.name}", "class", "client",
+                                         cmap="Blues")
 
     # ---- services for algorithms ---------------------------------------------------------------------
     def predict(self, params, buffers, idx: list[np.ndarray]) -> list[torch.Tensor]:

@@ -7,7 +7,8 @@
 * :class:`Status` — ``status.json``: ``running`` (with the round, the time and an ETA), ``complete`` (only once the
   summary is written), ``failed`` / ``diverged`` / ``preempted`` (with the reason), rewritten atomically.
 * :func:`write_json` / :func:`atomic` — temporary file + rename: a reader never sees a half-written file, a failed
-  write leaves no temporary file and raises :class:`~fedbench.errors.WriteFailed` naming the path and the cause.
+  write leaves no temporary file and raises :class:`~fedbench.errors.WriteFailed` naming the path and the cause
+  (:func:`written`: the same for a file a library writes itself).
 """
 from __future__ import annotations
 
@@ -45,6 +46,17 @@ def atomic(path: Path, mode: str = "w"):
         if isinstance(e, OSError):
             raise WriteFailed(path, e) from None
         raise
+
+
+@contextmanager
+def written(path: Path):
+    """For a library that writes ``path`` itself (matplotlib, NumPy): an OSError removes the cut file and becomes
+    :class:`WriteFailed` naming ``path`` (their own errors do not always name it)."""
+    try:
+        yield path
+    except OSError as e:
+        Path(path).unlink(missing_ok=True)
+        raise WriteFailed(path, e) from None
 
 
 def write_json(path: Path, obj) -> None:

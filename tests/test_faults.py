@@ -283,6 +283,32 @@ def test_a_full_disk_fails_with_one_line_and_keeps_the_last_good_checkpoint(tmp_
     assert json.loads((run_dir / "summary.json").read_text())["metrics"] == summary["metrics"]
 
 
+def test_a_picture_the_full_disk_cuts_is_named_with_its_path_and_removed(tmp_path, capsys, monkeypatch):
+    """matplotlib's own writes (partition.png, before the first round) fail without naming their file."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    from fedbench import cli
+
+    run_dir = tmp_path / "run"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FEDBENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(sys, "argv", ["fedbench", *FAST, f"hydra.run.dir={run_dir}"])
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (10_000, hard))   # .hydra/*.yaml (< 5 kB) fit, the picture does not
+    try:
+        with pytest.raises(SystemExit) as exit_:
+            cli.main()
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        GlobalHydra.instance().clear()
+    assert exit_.value.code == 1
+    line = one_line(capsys.readouterr().err)
+    assert str(run_dir / "partition.png") in line and "File too large" in line
+    assert not (run_dir / "partition.png").exists() and not [f for f in run_dir.rglob("*") if "tmp" in f.name]
+    st = status(run_dir)
+    assert st["status"] == "failed" and str(run_dir / "partition.png") in st["error"]
+
+
 # ---- 7. a refused re-run does not touch a complete run -----------------------------------------------------
 def test_re_running_a_complete_run_changes_nothing_in_its_dir(tmp_path, done_run):
     args = done_run[0]
