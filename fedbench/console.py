@@ -60,14 +60,16 @@ def header_lines(run, start_round: int) -> list[str]:
     return lines
 
 
-def end_lines(run_dir: Path, summary: dict, wall: float) -> list[str]:
-    """The run dir, this session's wall time and best/final of the headline accuracies."""
+def end_lines(run_dir: Path, summary: dict, rounds: int, wall: float) -> list[str]:
+    """How it ended, the wall time of this session's ``rounds`` (with their evaluations; setup excluded), best/final of
+    the headline accuracies, the run dir."""
     parts = []
     for k in HEADLINE:
         s = summary.get("metrics", {}).get(k)
         if s:
             parts.append(f"{k} best {s['best']:.4f} (round {s['best_round']}), final {s['final']:.4f}")
-    return [f"fedbench: {summary.get('status', 'done')} in {clock(wall)}; " + ("; ".join(parts) or "no accuracy recorded"),
+    return [f"fedbench: {summary.get('status', 'done')}, {rounds} round{'s' * (rounds != 1)} in {clock(wall)}; "
+            + ("; ".join(parts) or "no accuracy recorded"),
             f"fedbench: run dir {run_dir}"]
 
 
@@ -86,8 +88,8 @@ class ConsoleSink:
         self.log_file = None
         try:
             self.log_file = open(self.run_dir / LOG_NAME, "a", encoding="utf-8")
-        except OSError as e:
-            print(f"fedbench: cannot write {self.run_dir / LOG_NAME}: {e.strerror}", file=sys.stderr)
+        except OSError:   # a run dir that cannot be written fails the run with its own line (metrics.jsonl, status.json)
+            pass
         self.console = self.progress = None
         if self.live:
             from rich.console import Console
@@ -149,16 +151,17 @@ class ConsoleSink:
                 table.add_row(name, *(f"{s[c]:.4f}" if isinstance(s.get(c), (int, float)) else "-"
                                       for c in ("best", "final", "last")))
             self.console.print(table)
-        self.note(*end_lines(self.run_dir, summary, time.perf_counter() - self.t0))
+        self.note(*end_lines(self.run_dir, summary, self.rounds - self.start_round, time.perf_counter() - self.t0))
 
     def finish(self, status: str) -> None:
         if self.live:
             self.progress.stop()
         try:
             round_table(self.run_dir)
-        except Exception as e:   # the pictures are a convenience: the run's record is metrics.jsonl
-            print(f"fedbench: could not write metrics.csv / curves.png in {self.run_dir}: {type(e).__name__}: {e}",
-                  file=sys.stderr)
+        except Exception as e:   # a convenience: the run's record is metrics.jsonl (a failed run's one line is its error)
+            if status == "complete":
+                print(f"fedbench: could not write metrics.csv / curves.png in {self.run_dir}: {type(e).__name__}: {e}",
+                      file=sys.stderr)
         if self.log_file is not None:
             try:
                 self.log_file.close()
