@@ -176,25 +176,56 @@ def test_bad_hyperparameters_fail_before_training(tmp_path, key, value):
         Run(make_cfg("algorithm=fedka", f"algorithm.{key}={value}"), tmp_path).setup()
 
 
+ARM = "experiment/fedka/arm@_global_"
+GRIDS = {"fedprox": ("mu", {0.001, 0.01, 0.1, 1}), "moon": ("mu", {0.1, 1, 5, 10}),   # FedKA §5.1
+         "feddyn": ("alpha", {1, 0.1, 0.01, 0.001}), "fedka": ("beta", {0.5, 0.1, 0.01, 0.001})}
+
+
+def _arm(name: str) -> tuple[str, dict]:
+    """(algorithm, its overridden hyperparameters) of one method arm, experiment/fedka/arm/<name>.yaml."""
+    node = OmegaConf.load(CONF / "experiment" / "fedka" / "arm" / f"{name}.yaml")
+    (algo,) = [d["override /algorithm"] for d in node.defaults if "override /algorithm" in d]
+    return algo, OmegaConf.to_container(node.algorithm) if "algorithm" in node else {}
+
+
 def test_experiment_configs_compose_and_match_their_tables():
-    """Every fedka/table* config composes and passes the config checks; every swept algorithm exists; the
-    reference has a row per swept algorithm and exactly the swept columns (issue-8 methods: reference only)."""
+    """Every fedka/table* config composes with its last sweep arm (the arm's method and values, not a fallback),
+    passes the config checks and has a FedKA row; every swept method exists and has a reference row with exactly the
+    swept columns; a tuned method's arms cover exactly its §5.1 grid (table.tune names the key)."""
     names = ["table1", "table1_cifar100", "table1_tinyimagenet", "table2", "table2_cifar100", "table3", "table4",
-             "table5", "table6", "table6_cifar100", "table6_tinyimagenet", "table7", "table8", "beta", "gamma"]
+             "table5", "table6", "table6_cifar100", "table6_tinyimagenet", "table7", "table8", "table9",
+             "table9_cifar100", "table9_tinyimagenet", "beta", "gamma"]
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):   # one Hydra init for all compositions
         for name in names:
             sweep = {k: str(v).split(",") for k, v in OmegaConf.load(CONF / "experiment" / "fedka" / f"{name}.yaml")
                      .hydra.sweeper.params.items()}
-            algos = sweep.get("algorithm", ["fedka"])
-            cfg = compose("config", overrides=[f"+experiment=fedka/{name}", f"algorithm={algos[-1]}"])
+            if ARM in sweep:   # methods x grids: one arm per (method, grid value)
+                arms = [_arm(a) for a in sweep[ARM]]
+                cfg = compose("config", overrides=[f"+experiment=fedka/{name}", f"{ARM}={sweep[ARM][-1]}"])
+                algo, hp = arms[-1]
+                assert cfg.algorithm.name == algo and all(cfg.algorithm[k] == v for k, v in hp.items()), name
+            elif "algorithm" in sweep:
+                arms = [(a, {}) for a in sweep["algorithm"]]
+                cfg = compose("config", overrides=[f"+experiment=fedka/{name}", f"algorithm={arms[-1][0]}"])
+            else:   # a hyperparameter sweep of FedKA itself (beta, gamma)
+                cfg = compose("config", overrides=[f"+experiment=fedka/{name}"])
+                arms = [(cfg.algorithm.name, {})]
             validate(cfg)
             assert cfg.eval.personalized is False and cfg.partition.test_split == "global", name   # generic FL
-            for a in algos:
+            rows = {a for a, _ in arms}
+            assert "fedka" in rows, name
+            for a in rows:
                 assert (CONF / "algorithm" / f"{a}.yaml").exists(), (name, a)
                 assert cfg.table.rows != "choice:algorithm" or a in cfg.table.reference, (name, a)
             if cfg.table.cols:
                 assert all({str(c) for c in row} == set(sweep[cfg.table.cols]) for row in cfg.table.reference.values()), name
+            tuned = cfg.table.get("tune") or {"rows": {}}
+            for a, key in tuned["rows"].items():
+                grid_key, grid = GRIDS[a]
+                assert key == f"algorithm.{grid_key}", (name, a)
+                assert {hp[grid_key] for r, hp in arms if r == a} == grid, (name, a)
+            assert ARM not in sweep or {a for a in rows if a in GRIDS} == set(tuned["rows"]), name
     GlobalHydra.instance().clear()
 
 
