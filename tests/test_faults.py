@@ -333,6 +333,32 @@ def test_a_diverging_run_stops_as_diverged_naming_round_clients_metric_and_what_
     assert not (run_dir / "summary.json").exists()
 
 
+def test_the_divergence_guard_stops_above_factor_times_the_first_rounds_mean_loss(tmp_path):
+    """Reference = ln(#classes) in round 1, then max(round 1's mean loss, ln(#classes)); non-finite always stops."""
+    from types import SimpleNamespace
+
+    import torch
+    from conftest import make_cfg
+
+    from fedbench.errors import Diverged
+    from fedbench.run import Run
+
+    run = Run(make_cfg("divergence.factor=2"), tmp_path)
+    run.data = SimpleNamespace(num_classes=10)   # the uniform guess's loss ln 10 = 2.303: threshold 4.605 in round 1
+    res = lambda *loss, w=(0.0, 0.0): SimpleNamespace(loss=torch.tensor(loss), params={"w": torch.tensor(w)[:, None]})  # noqa: E731
+    with pytest.raises(Diverged, match=r"round 1: training loss 4.7 above divergence.factor=2 x the reference 2.3 on client\(s\) \[7\]"):
+        run.check_finite(1, [3, 7], res(1.0, 4.7))
+    run.check_finite(1, [3, 7], res(1.0, 4.0))   # passes; the reference becomes the mean 2.5 (> 2.303)
+    assert run.loss_reference == pytest.approx(2.5)
+    run.check_finite(2, [3, 7], res(4.9, 1.0))   # < 2 x 2.5 (but > 2 x 2.303)
+    with pytest.raises(Diverged, match=r"round 3: .* on client\(s\) \[3\]"):
+        run.check_finite(3, [3, 7], res(5.1, 1.0))
+    with pytest.raises(Diverged, match=r"non-finite loss or parameters on client\(s\) \[7\]"):
+        run.check_finite(4, [3, 7], res(1.0, 1.0, w=(0.0, float("nan"))))
+    run.cfg.divergence.factor = None   # null: only non-finite values stop a run
+    run.check_finite(5, [3, 7], res(1e30, 1.0))
+
+
 # ---- 9. sweeps -------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("launcher", ["basic", "parallel"])
 def test_a_sweep_goes_on_past_failed_jobs_and_ends_with_one_summary_line(tmp_path, launcher):
