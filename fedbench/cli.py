@@ -15,7 +15,7 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from .config import dirname
 from .errors import ConfigError, Diverged, RunDirBusy, RunFailed
@@ -31,6 +31,32 @@ def options(group: str) -> list[str]:
     return sorted(str(p.relative_to(root).with_suffix("")) for p in root.rglob("*.yaml"))
 
 
+# top-level keys a run reads that conf/ does not define, so `+key=...` adds them (the only keys `+` may add):
+# data_schedule (fedbench/data/schedule.py, docs/fedka.md)
+EXTENSIONS = ("data_schedule",)
+
+
+def experiments() -> list[str]:
+    """The experiment configs a user runs (`+experiment=...`): the paper tables and figures, smoke. Not the parts the
+    tables include or sweep over (``<paper>/setting``, ``<paper>/setting/*``, ``<paper>/column/*``, ``<paper>/arm/*``)."""
+    return [o for o in options("experiment") if len(Path(o).parts) <= 2 and Path(o).name != "setting"]
+
+
+def help_groups() -> str:
+    """The config groups of ``fedbench --help`` (conf/hydra/help): the ones a user chooses, not fedbench's internal
+    ones (claims, dataset_defaults, the tables' parts)."""
+    return "\n".join([*(f"{g}: {', '.join(options(g))}" for g in GROUPS if g != "experiment"),
+                      f"+experiment (paper tables and figures; add -m for the sweep): {', '.join(experiments())}"])
+
+
+def _did_you_mean(word: str, candidates) -> str:
+    """``did you mean X? `` for the closest candidates (difflib), or ''."""
+    import difflib
+
+    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    return f"did you mean {close[0]}? " if close else ""
+
+
 def fail(msg: str, code: int = 2):
     print(f"fedbench: {msg}", file=sys.stderr)
     sys.exit(code)
@@ -43,8 +69,10 @@ def _values(o) -> list[str]:
 
 
 def _key(o) -> str:
-    """An override's left-hand side as typed: ``+`` if it adds, the key or group, ``@<package>`` if given."""
-    return f"{'+' if o.is_add() else ''}{o.key_or_group}{'@' + o.package if o.package else ''}"
+    """An override's left-hand side as typed: ``+`` (add) or ``++`` (add or override), the key or group,
+    ``@<package>`` if given."""
+    sign = "++" if o.is_force_add() else "+" if o.is_add() else ""
+    return f"{sign}{o.key_or_group}{'@' + o.package if o.package else ''}"
 
 
 def precheck(args: list[str]) -> None:
@@ -72,10 +100,13 @@ def precheck(args: list[str]) -> None:
             deleted.append(key)
             continue
         if key.split("/")[0] in GROUPS:   # a group, or a group nested in one (experiment/cafeme/column@_global_=...)
-            allowed = options(key)
+            allowed = experiments() if key == "experiment" else options(key)
             for v in _values(o):
+                if v in options(key) and v not in allowed:
+                    fail(f"invalid config: {key}={v!r} — a part that the paper tables include, not an experiment of "
+                         f"its own; one of {', '.join(allowed)}")
                 if v not in allowed:
-                    fail(f"invalid config: {key}={v!r} — one of {', '.join(allowed)}")
+                    fail(f"invalid config: {key}={v!r} — {_did_you_mean(v, allowed)}one of {', '.join(allowed)}")
             groups.append(o)
         else:
             keys.append(o)
@@ -91,10 +122,12 @@ def precheck(args: list[str]) -> None:
                 fail(f"invalid config: ~{key} removes a required group — choose one of {', '.join(options(key))}")
             if _node(cfg, key) is not None:
                 fail(f"invalid config: {key}=<removed> — the run needs it: {_allowed(cfg, key)} (remove the ~)")
-        for o in keys:
-            if not (o.is_add() or o.is_force_add()) and _node(cfg, o.key_or_group) is None:
-                fail(f"invalid config: unknown key {o.key_or_group!r} — see `fedbench --cfg job` for the keys "
-                     f"(use +{o.key_or_group}=... to add a new one)")
+        for o in keys:   # with or without +: a key nothing reads would be ignored silently
+            key = o.key_or_group
+            if _node(cfg, key) is None and key.split(".")[0] not in EXTENSIONS:
+                added = f"{_key(o)}=... adds a key that nothing reads; " if o.is_add() or o.is_force_add() else ""
+                fail(f"invalid config: unknown key {key!r} — {added}{_did_you_mean(key, _paths(cfg))}"
+                     "(`fedbench --cfg job` lists the keys)")
         # vary one override at a time over its sweep values; every resulting config must validate
         singles = [f"{_key(o)}={_values(o)[0]}" for o in keys]
         todo = [base + singles]
@@ -107,7 +140,7 @@ def precheck(args: list[str]) -> None:
             try:
                 composed = compose("config", overrides=combo)
                 _resolve_all(composed, combo)
-                _check_types(cfg, composed, [o.key_or_group for o in keys if not (o.is_add() or o.is_force_add())])
+                _check_types(cfg, composed, [o.key_or_group for o in keys if _node(cfg, o.key_or_group) is not None])
                 validate(composed)
             except ConfigError as e:
                 fail(str(e))
@@ -136,6 +169,19 @@ def _node(cfg, key: str):
         if node is None:
             return None
     return node
+
+
+def _paths(node, prefix: str = "") -> list[str]:
+    """Every dotted key of a config, without resolving it (the candidates of a did-you-mean)."""
+    from omegaconf import DictConfig
+
+    out = []
+    for k in node.keys():
+        child = node._get_node(k, validate_access=False)
+        out.append(f"{prefix}{k}")
+        if isinstance(child, DictConfig) and not (child._is_none() or child._is_missing() or child._is_interpolation()):
+            out += _paths(child, f"{prefix}{k}.")
+    return out
 
 
 def _allowed(cfg, key: str) -> str:
@@ -226,6 +272,9 @@ def _check_output_dir(parsed, multirun: bool) -> None:
         fail(f"invalid config: {key}={template!r} — a directory path ({path} is an existing file)")
     if path.exists() and not os.access(path, os.W_OK | os.X_OK):
         fail(f"invalid config: {key}={template!r} — a writable location ({path} is not writable)")
+
+
+OmegaConf.register_new_resolver("fb_help_groups", help_groups, replace=True)   # conf/hydra/help/fedbench.yaml
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")

@@ -75,6 +75,10 @@ def test_help_lists_groups(tmp_path):
     for group in ("algorithm:", "dataset:", "partition:", "model:", "hardware:", "logger:"):
         assert group in out
     assert "fedavg" in out and "dominant_groups" in out and "alexnet" in out
+    groups = out.split("== Config groups")[1].split("== Top-level keys")[0]
+    assert "+experiment" in groups and "fedrema/table3" in groups and "cafeme/table1" in groups
+    for internal in ("claims", "dataset_defaults", "setting", "column", "arm/"):   # fedbench's own, the tables' parts
+        assert internal not in groups, internal
 
 
 BAD = [
@@ -128,3 +132,64 @@ def test_unwritable_output_dir(tmp_path):
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert p.stderr.strip() == (f"fedbench: invalid config: hydra.run.dir='{blocker / 'run'}' — a directory path "
                                 f"({blocker} is an existing file)")
+
+
+# ---- the pre-check in-process (fedbench.cli.precheck: what `fedbench ...` runs before Hydra) -------------------------
+def refused(capsys, *args) -> str:
+    """The one line (exit 2) with which the pre-check refuses ``args``."""
+    from fedbench.cli import precheck
+
+    with pytest.raises(SystemExit) as e:
+        precheck(list(args))
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert e.value.code == 2 and len(lines) == 1, lines
+    return lines[0]
+
+
+TYPOS = [
+    (["algorithm=fedrmea"], "algorithm='fedrmea' — did you mean fedrema? one of cafeme,"),
+    (["-m", "partition=dirichlet,shrads"], "partition='shrads' — did you mean shards? one of"),
+    (["+experiment=fedrema/tabel3"], "experiment='fedrema/tabel3' — did you mean fedrema/table3? one of"),
+    (["lrr=0.1"], "unknown key 'lrr' — did you mean lr? (`fedbench --cfg job` lists the keys)"),
+    (["optim.lrr=0.1"], "unknown key 'optim.lrr' — did you mean optim.lr?"),
+    (["algoritm=fedavg"], "unknown key 'algoritm' — did you mean algorithm?"),
+    # + or ++ adds a key to the config, but no part of fedbench would read it: refused too, not silently ignored
+    (["+lrr=0.1"], "unknown key 'lrr' — +lrr=... adds a key that nothing reads; did you mean lr?"),
+    (["++lrr=0.1"], "unknown key 'lrr' — ++lrr=... adds a key that nothing reads; did you mean lr?"),
+    (["+algorithm.muu=0.1", "algorithm=fedprox"], "unknown key 'algorithm.muu' — +algorithm.muu=... adds a key that nothing reads; did you mean algorithm.mu?"),
+]
+
+
+@pytest.mark.parametrize("args,expected", TYPOS, ids=[" ".join(a) for a, _ in TYPOS])
+def test_a_typo_gets_did_you_mean(capsys, args, expected):
+    line = refused(capsys, *args, "logger=none")
+    assert line.startswith("fedbench: invalid config: ") and expected in line, line
+
+
+def test_force_add_and_extension_keys_pass_the_check_as_typed(capsys):
+    """``++key=v`` reaches the compose as ``++key=v`` (it was rewritten to ``key=v``, so Hydra refused a key that is
+    not in the defaults: "Could not override 'data_schedule'"); ``+``/``++`` may add the keys a run reads without a
+    default (cli.EXTENSIONS) and a nested experiment group (docs/fedrema.md)."""
+    from fedbench.cli import precheck
+
+    schedule = "[{round:2,client:0,class:6,keep:5}]"
+    for args in (["++rounds=2"], [f"++data_schedule={schedule}"], [f"+data_schedule={schedule}"],
+                 ["+experiment=fedrema/table1", "+experiment/fedrema/setting@_global_=mnist"]):
+        precheck([*args, "logger=none"])   # accepted: no exit
+        assert capsys.readouterr().err == "", args
+    assert "rounds='abc' — an integer >= 1" in refused(capsys, "++rounds=abc")   # ++ on a known key is still checked
+
+
+def test_experiment_offers_the_real_tables_not_their_parts(capsys):
+    from fedbench.cli import experiments, options
+    from fedbench.report.catalog import experiment_tables
+
+    public = experiments()
+    assert {t["name"] for t in experiment_tables()} <= set(public) and "fedka/figure3" in public and "smoke" in public
+    parts = set(options("experiment")) - set(public)
+    assert {"fedka/setting", "fedrema/setting/mnist", "cafeme/column/rmnist_shards", "fedka/arm/fedavg"} <= parts
+    line = refused(capsys, "+experiment=fedrema/setting/mnist")
+    assert "not an experiment of its own" in line and "fedrema/table3" in line
+    assert "setting" not in line.split("one of")[1] and "/arm/" not in line and "column" not in line
+    line = refused(capsys, "+experiment=nope")
+    assert "fedrema/table3" in line and "setting" not in line.split("one of")[1]
