@@ -111,6 +111,11 @@ class ConsoleSink:
             elif self.show:
                 print(line, flush=True)
 
+    def header(self, *lines: str) -> None:
+        """The start header; elapsed and ETA count from here (W&B's start excluded)."""
+        self.note(*lines)
+        self.t0 = time.perf_counter()
+
     def _write(self, line: str) -> None:
         if self.log_file is not None:
             try:

@@ -167,11 +167,11 @@ class Loggers:
     def finish(self, status: str) -> None:
         self._each("finish", status)
 
-    def note(self, *lines: str) -> None:
-        """Plain lines for the console and run.log (the run's start header)."""
+    def header(self, *lines: str) -> None:
+        """The run's start header, for the console and run.log; the rounds' clock (elapsed, ETA) starts now."""
         for s in self.sinks:
             if isinstance(s, ConsoleSink):
-                s.note(*lines)
+                s.header(*lines)
 
     @property
     def wandb_id(self) -> str | None:

@@ -283,7 +283,7 @@ class Run:
         self.loggers = build_loggers(cfg, self.run_dir, title, start_round=t0, group=self.group, wandb_id=wandb_id,
                                      on_wandb_state=lambda state: self.status.set(wandb=state))
         self.status.set(wandb=self.loggers.wandb_state, wandb_id=self.loggers.wandb_id)
-        self.loggers.note(*header_lines(self, t0))   # run dir, what runs, on what (console and run.log)
+        self.loggers.header(*header_lines(self, t0))   # run dir, what runs, on what (console and run.log)
         if resumed:
             print(f"fedbench: resuming {self.run_dir} after round {t0}", file=sys.stderr)
         else:
