@@ -1,8 +1,12 @@
 """Runs that never lose or corrupt a result (issue 19): each fault is made for real (subprocesses, real signals,
-real files, the real wandb library offline) and the test checks what the user sees and what the run dir holds."""
+real files, the real wandb library offline) and the test checks what the user sees and what the run dir holds.
+Faults that need no second process and no signal (a torn file, a full disk, a refused re-run, divergence) go through
+the real ``fedbench`` entry point in the test's own process: the same code, without a Python + torch start each."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
 import os
 import resource
@@ -38,6 +42,39 @@ def fedbench(*args, tmp_path, env_extra=None, check=True, timeout=600, **kw) -> 
     if check:
         assert p.returncode == 0, p.stderr[-3000:]
     return p
+
+
+def fedbench_here(*args, tmp_path, fsize: int | None = None) -> tuple[int, str]:
+    """``fedbench *args`` run by its real entry point in this process, from ``tmp_path``, with files limited to
+    ``fsize`` bytes if given (a real RLIMIT_FSIZE: a full disk); returns (exit code, stderr)."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    from fedbench import cli
+
+    argv, cwd, cache = sys.argv, os.getcwd(), os.environ.get("FEDBENCH_CACHE")
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    sys.argv = ["fedbench", *args]
+    os.chdir(tmp_path)
+    os.environ["FEDBENCH_CACHE"] = str(tmp_path / "cache")
+    err, code = io.StringIO(), 0
+    try:
+        with contextlib.redirect_stderr(err):
+            if fsize is not None:
+                resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, hard))
+            try:
+                cli.main()
+            except SystemExit as e:
+                code = e.code or 0
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        sys.argv = argv
+        os.chdir(cwd)
+        if cache is None:
+            os.environ.pop("FEDBENCH_CACHE", None)
+        else:
+            os.environ["FEDBENCH_CACHE"] = cache
+        GlobalHydra.instance().clear()
+    return code, err.getvalue()
 
 
 def start(*args, tmp_path, env_extra=None) -> subprocess.Popen:
@@ -86,7 +123,8 @@ def done_run(tmp_path_factory):
     """A complete 3-round run with a checkpoint after every round (rounds 1 and 2; none after the last)."""
     tmp = tmp_path_factory.mktemp("done")
     args = [*FAST, "checkpoint.every=1", "checkpoint.keep=5"]
-    fedbench(*args, f"hydra.run.dir={tmp / 'run'}", tmp_path=tmp)
+    code, err = fedbench_here(*args, f"hydra.run.dir={tmp / 'run'}", tmp_path=tmp)
+    assert code == 0, err[-3000:]
     return args, tmp / "run", json.loads((tmp / "run" / "summary.json").read_text())
 
 
@@ -133,9 +171,9 @@ def test_a_signal_before_the_first_round_marks_the_run_preempted(tmp_path):
 def test_a_failure_outside_the_rounds_marks_the_run_failed_with_one_line(tmp_path):
     run_dir = tmp_path / "run"
     (run_dir / "partition.png").mkdir(parents=True)   # the partition picture cannot be written
-    p = fedbench(*FAST, f"hydra.run.dir={run_dir}", tmp_path=tmp_path, check=False)
-    assert p.returncode == 1
-    line = one_line(p.stderr)
+    code, err = fedbench_here(*FAST, f"hydra.run.dir={run_dir}", tmp_path=tmp_path)
+    assert code == 1
+    line = one_line(err)
     assert "partition.png" in line and "Is a directory" in line
     st = status(run_dir)
     assert st["status"] == "failed" and "partition.png" in st["error"]
@@ -230,8 +268,8 @@ def test_resume_after_a_torn_metrics_line_and_a_corrupt_status(tmp_path, done_ru
     torn = '{"round": 3, "pers/acc": 0.4'
     (run_dir / "metrics.jsonl").write_text("\n".join(kept) + "\n" + torn)  # ... while writing round 3's line
     (run_dir / "status.json").write_text('{"status": "running", "rou')   # and while rewriting its status
-    p = fedbench(*args, f"hydra.run.dir={run_dir}", tmp_path=tmp_path)
-    assert "resuming" in p.stderr and "after round 1" in p.stderr
+    code, err = fedbench_here(*args, f"hydra.run.dir={run_dir}", tmp_path=tmp_path)
+    assert code == 0 and "resuming" in err and "after round 1" in err, err[-3000:]
     assert json.loads((run_dir / "summary.json").read_text())["metrics"] == summary["metrics"]
     assert evaluated_rounds(run_dir) == [0, 1, 2, 3]
     assert status(run_dir)["status"] == "complete"
@@ -265,44 +303,27 @@ def test_a_full_disk_fails_with_one_line_and_keeps_the_last_good_checkpoint(tmp_
     assert s2 > s1   # round 2's checkpoint holds one more round of history
     limit = (s1 + s2) // 2   # a file may grow to this many bytes: checkpoint 1 fits, checkpoint 2 does not
 
-    def small_disk():
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-
     run_dir = tmp_path / "run"
     full = [*args, "checkpoint.keep=1", f"hydra.run.dir={run_dir}"]
-    p = fedbench(*full, tmp_path=tmp_path, check=False, preexec_fn=small_disk)
-    assert p.returncode == 1
-    line = one_line(p.stderr)
+    code, err = fedbench_here(*full, tmp_path=tmp_path, fsize=limit)
+    assert code == 1
+    line = one_line(err)
     assert str(run_dir / "checkpoints") in line and "File too large" in line
     assert not [f for f in run_dir.rglob("*") if "tmp" in f.name]           # no stray temporary files
     assert ckpt.load_latest(run_dir, "cpu")["round"] == 1                   # the last good checkpoint is intact
     assert evaluated_rounds(run_dir) == [0, 1, 2]
     assert status(run_dir)["status"] == "failed" and "File too large" in status(run_dir)["error"]
-    p = fedbench(*full, tmp_path=tmp_path)                                  # space freed: the same command resumes
-    assert "after round 1" in p.stderr
+    code, err = fedbench_here(*full, tmp_path=tmp_path)                     # space freed: the same command resumes
+    assert code == 0 and "after round 1" in err, err[-3000:]
     assert json.loads((run_dir / "summary.json").read_text())["metrics"] == summary["metrics"]
 
 
-def test_a_picture_the_full_disk_cuts_is_named_with_its_path_and_removed(tmp_path, capsys, monkeypatch):
+def test_a_picture_the_full_disk_cuts_is_named_with_its_path_and_removed(tmp_path):
     """matplotlib's own writes (partition.png, before the first round) fail without naming their file."""
-    from hydra.core.global_hydra import GlobalHydra
-
-    from fedbench import cli
-
     run_dir = tmp_path / "run"
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("FEDBENCH_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(sys, "argv", ["fedbench", *FAST, f"hydra.run.dir={run_dir}"])
-    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (10_000, hard))   # .hydra/*.yaml (< 5 kB) fit, the picture does not
-    try:
-        with pytest.raises(SystemExit) as exit_:
-            cli.main()
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
-        GlobalHydra.instance().clear()
-    assert exit_.value.code == 1
-    line = one_line(capsys.readouterr().err)
+    code, err = fedbench_here(*FAST, f"hydra.run.dir={run_dir}", tmp_path=tmp_path, fsize=10_000)   # .hydra/*.yaml fit
+    assert code == 1
+    line = one_line(err)
     assert str(run_dir / "partition.png") in line and "File too large" in line
     assert not (run_dir / "partition.png").exists() and not [f for f in run_dir.rglob("*") if "tmp" in f.name]
     st = status(run_dir)
@@ -314,8 +335,8 @@ def test_re_running_a_complete_run_changes_nothing_in_its_dir(tmp_path, done_run
     args = done_run[0]
     run_dir = copy_of(done_run, tmp_path)
     before = snapshot(run_dir)   # (a skipped re-run: tests/test_resume.py)
-    refused = fedbench(*args, "lr=0.2", f"hydra.run.dir={run_dir}", tmp_path=tmp_path, check=False)
-    assert refused.returncode == 2 and "different config" in one_line(refused.stderr)
+    code, err = fedbench_here(*args, "lr=0.2", f"hydra.run.dir={run_dir}", tmp_path=tmp_path)
+    assert code == 2 and "different config" in one_line(err)
     assert snapshot(run_dir) == before
     assert sorted(p.name for p in run_dir.iterdir()) == sorted({k.split("/")[0] for k in before})
 
@@ -323,9 +344,9 @@ def test_re_running_a_complete_run_changes_nothing_in_its_dir(tmp_path, done_run
 # ---- 8. divergence ---------------------------------------------------------------------------------------
 def test_a_diverging_run_stops_as_diverged_naming_round_clients_metric_and_what_to_try(tmp_path):
     run_dir = tmp_path / "run"
-    p = fedbench(*FAST, "lr=1e6", f"hydra.run.dir={run_dir}", tmp_path=tmp_path, check=False)
-    assert p.returncode == 1
-    line = one_line(p.stderr)
+    code, err = fedbench_here(*FAST, "lr=1e6", f"hydra.run.dir={run_dir}", tmp_path=tmp_path)
+    assert code == 1
+    line = one_line(err)
     assert "diverged in round 1" in line and "client(s) [" in line and "loss" in line
     assert str(run_dir) in line and "lr" in line and "divergence.factor" in line
     st = status(run_dir)
