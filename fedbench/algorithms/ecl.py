@@ -262,14 +262,14 @@ class OneShotPersonalization(Algorithm):
         """Build ``self.components`` (and ``self.mix``) for all K clients; return diagnostics."""
         raise NotImplementedError
 
-    def phase_two_train(self, t: int, params: Stack, buffers: Stack, base_buffers: Stack | None = None, *, purpose: str,
+    def phase_two_train(self, t: int, params: Stack, buffers: Stack, *, purpose: str,
                         trainable: list[str], clients=None, opt=None, loss=cross_entropy, **kw) -> tuple[Stack, Stack]:
         """One phase-II ``local_train`` of ``clients`` (default: all K) stacked.
 
         ``frozen_bn=global`` (ECL §3.2 "we freeze the backbone network parameters"): every layer with no trainable
         parameter runs in eval mode, so a frozen BatchNorm normalises with the phase-I statistics and keeps them
-        (they stay ``base_buffers``); ``local`` (FedAFA's code): the net in train mode, frozen layers only get no
-        gradient — batch statistics in the forward pass, running statistics following the local data."""
+        (its ``buffers`` come back unchanged); ``local`` (FedAFA's code): the net in train mode, frozen layers only
+        get no gradient — batch statistics in the forward pass, running statistics following the local data."""
         if self.frozen_bn == "global":
             loss = frozen_in_eval_mode(loss, frozen_modules(self.fm, trainable))
         clients = torch.arange(self.K) if clients is None else torch.as_tensor(clients, dtype=torch.long)
@@ -441,7 +441,7 @@ class ECL(OneShotPersonalization):
     def personalize(self, t, w, bn):
         K, M, C = self.K, self.num_experts, self.data.num_classes
         # Eq. 3: the calibrated global model w_k^T (classifier only, BSCE with the client's counts)
-        calibrated = self.phase_two_train(t, broadcast(w, K), broadcast(bn, K), bn, purpose="ecl_calibrate",
+        calibrated = self.phase_two_train(t, broadcast(w, K), broadcast(bn, K), purpose="ecl_calibrate",
                                           trainable=self.classifier, loss=bsce_loss, ctx={"class_counts": self.client_counts()})
         # data grouping, then Eq. 4 for expert m = 1..M: per client, the tail expert is its last non-empty group
         # (classifier only, class-balanced sampling), the experts before it train the last block + classifier, and
@@ -458,7 +458,7 @@ class ECL(OneShotPersonalization):
                     continue
                 idx = [self.data.train_idx[k][np.isin(self.labels[self.data.train_idx[k]], groups[k][m])] for k in sel]
                 Pm, Bm = self.phase_two_train(
-                    t, broadcast(w, len(sel)), broadcast(bn, len(sel)), bn, clients=sel, purpose=f"ecl_expert{m + 1}",
+                    t, broadcast(w, len(sel)), broadcast(bn, len(sel)), clients=sel, purpose=f"ecl_expert{m + 1}",
                     indices=idx, trainable=self.classifier if tail else self.expert_layers,
                     sample_weights=[class_balanced_weights(self.labels[i]) for i in idx] if tail else None)
                 set_rows(P, sel, Pm)

@@ -71,7 +71,7 @@ class FedAFA(OneShotPersonalization):
         dev = self.data.x.device
         self._t, self._gen, self._stats = t, {}, torch.zeros(2, device=dev)   # (slots, accepted), read after the phase
         weights = [class_balanced_weights(self.labels[i]) for i in self.data.train_idx]
-        P, B = self.phase_two_train(t, broadcast(w, K), broadcast(bn, K), bn, purpose="fedafa", trainable=self.trainable,
+        P, B = self.phase_two_train(t, broadcast(w, K), broadcast(bn, K), purpose="fedafa", trainable=self.trainable,
                                     loss=self.loss, sample_weights=weights, shared={"w_global": w, "bn_global": bn},
                                     ctx={"class_counts": self.client_counts(), "client": torch.arange(K, device=dev)},
                                     opt=self.opt.replace(lr=self.phase2_lr, nesterov=self.nesterov))

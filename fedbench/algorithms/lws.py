@@ -42,7 +42,7 @@ class FedAvgLWS(OneShotPersonalization):
         params = broadcast(w, K)
         params[SCALE] = torch.ones(K, C, dtype=self.data.x.dtype, device=self.data.x.device)
         weights = [class_balanced_weights(self.labels[i]) for i in self.data.train_idx]
-        P, B = self.phase_two_train(t, params, broadcast(bn, K), bn, purpose="lws", trainable=[SCALE], loss=lws_loss,
+        P, B = self.phase_two_train(t, params, broadcast(bn, K), purpose="lws", trainable=[SCALE], loss=lws_loss,
                                     sample_weights=weights)
         f = P.pop(SCALE)
         self.components = [(scale_classifier(P, *classifier_names(self.fm), f), B)]
