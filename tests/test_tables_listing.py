@@ -1,0 +1,74 @@
+"""fedbench-tables (issue #20 item 8): a filter (`fedbench-tables fedrema`), each command whole on a line of its own
+at any terminal width, and runtime estimates kept as data (conf/runtimes.yaml) whose arithmetic is jobs x rounds x
+the measured seconds per round."""
+from __future__ import annotations
+
+import pytest
+from conftest import CONF
+
+from fedbench.report import experiment_tables, list_tables
+from fedbench.report.catalog import matches, time_text
+from fedbench.report.runtime import estimate, hours, load
+
+
+def _listing(argv, width, monkeypatch, capsys) -> tuple[int, str]:
+    monkeypatch.setenv("COLUMNS", str(width))
+    code = list_tables(argv)
+    return code, capsys.readouterr().out
+
+
+def test_filter_and_commands_on_their_own_lines(monkeypatch, capsys):
+    entries = experiment_tables(CONF)
+    fedrema = [e for e in entries if matches(e, ["fedrema"])]
+    assert fedrema and all(e["paper"] == "fedrema" for e in fedrema)
+    assert [e["name"] for e in entries if matches(e, ["fedka", "table2"])] == ["fedka/table2", "fedka/table2_cifar100"]
+    code, out = _listing(["fedrema"], 60, monkeypatch, capsys)
+    assert code == 0
+    lines = out.splitlines()
+    for e in fedrema:   # a 60-column terminal: every command still whole, on one line (the terminal may fold it)
+        assert any(e["command"] in ln for ln in lines) and any(e["reduced"] in ln for ln in lines), e["name"]
+    assert "fedka/" not in out and "ECL" not in out
+    code, _ = _listing(["nosuchpaper"], 100, monkeypatch, capsys)
+    assert code == 1
+
+
+def test_stored_estimates_are_listed(monkeypatch, capsys):
+    """Every stored estimate names a real table, has runs, rounds, s/round and seconds (runs x rounds x s/round of
+    the first cell, scaled by the swept values' mean cost: test_estimate_...), and is printed."""
+    times = load(CONF)
+    names = {e["name"] for e in experiment_tables(CONF)}
+    assert times and set(times) <= names
+    for name, scales in times.items():
+        for scale, t in scales.items():
+            assert scale in ("cpu", "paper") and t["runs"] >= 1 and t["rounds"] >= 1 and t["s_per_round"] > 0
+            assert t["seconds"] > 0, (name, scale)
+    name, t = next(iter(times.items()))
+    assert time_text(t) == " / ".join(hours(t[s]["seconds"]) if s in t else "—" for s in ("cpu", "paper"))
+    _, out = _listing([name], 200, monkeypatch, capsys)
+    assert f"~{hours(next(iter(t.values()))['seconds'])} here" in out
+    assert [hours(40), hours(720), hours(12240), hours(756000)] == ["40 s", "12 min", "3.4 h", "210 h"]
+
+
+def test_estimate_is_jobs_times_rounds_times_measured_round(tmp_path):
+    """The smoke table (digits, 6 jobs of 5 rounds): its sweep's methods cost the same per round, so the estimate is
+    exactly 6 x 5 x s/round; a swept local_epochs=1,3 makes the job cost the mean of the two, more than E=1 alone."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    import fedbench.cli  # noqa: F401  (resolvers)
+
+    GlobalHydra.instance().clear()
+    costs = {}
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        def comp(overrides):
+            return compose("config", overrides=overrides, return_hydra_config=True)
+
+        entry = {"name": "smoke", "reduced": "fedbench -m +experiment=smoke local_epochs=1,3 seed=0"}
+        paper = estimate(entry, "paper", comp, costs)
+        cpu = estimate(entry, "cpu", comp, costs)
+    GlobalHydra.instance().clear()
+    assert (paper["runs"], paper["rounds"]) == (6, 5)
+    assert paper["seconds"] == pytest.approx(6 * 5 * paper["s_per_round"], rel=1e-2)
+    assert cpu["runs"] == 3 * 2                                     # 3 methods x E in {1, 3}, one seed
+    assert cpu["seconds"] > 1.2 * cpu["runs"] * cpu["rounds"] * cpu["s_per_round"]
+    assert len(costs) == 1                                          # one model, one input size: measured once
