@@ -63,7 +63,7 @@ def draw_forgetting(tau, groups, path, title: str):
     marked per cell: D = dominant, N = non-dominant, M = missing (dots/crosses on large matrices)."""
     import matplotlib.pyplot as plt
 
-    from . import plots  # noqa: F401  (selects the Agg backend)
+    from . import plots  # (selects the Agg backend)
 
     h, w = tau.shape
     fig, ax = plt.subplots(figsize=(min(14, 2.0 + 0.5 * w), min(12, 1.5 + 0.4 * h)))
@@ -74,7 +74,8 @@ def draw_forgetting(tau, groups, path, title: str):
             for j in range(w):
                 v = tau[i, j]
                 v = "" if not np.isfinite(v) else ("\n<-1" if v < -1 else f"\n{v:.2f}")
-                ax.text(j, i, "DNM"[groups[i, j]] + v, ha="center", va="center", fontsize=6)
+                ax.text(j, i, "DNM"[groups[i, j]] + v, ha="center", va="center", fontsize=6,
+                        color=plots.text_colour(im.cmap(im.norm(np.clip(tau[i, j], -1, 1) if np.isfinite(tau[i, j]) else 0))))
     else:
         for g, marker in ((DOMINANT, "o"), (MISSING, "x")):
             ii, jj = np.nonzero(groups == g)
@@ -83,10 +84,8 @@ def draw_forgetting(tau, groups, path, title: str):
     ax.set_title(title + "  (D dominant, N non-dominant, M missing)", fontsize=9)
     ax.set_xlabel("class")
     ax.set_ylabel("client")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    plots.integer_ticks(ax, x=True, y=True)
+    return plots.save(fig, path)
 
 
 def draw_trace(rows: np.ndarray, path):
@@ -94,9 +93,9 @@ def draw_trace(rows: np.ndarray, path):
     trace.csv keeps the values), with its number of samples."""
     import matplotlib.pyplot as plt
 
-    from . import plots  # noqa: F401  (selects the Agg backend)
+    from . import plots  # (selects the Agg backend)
 
-    fig, ax = plt.subplots(figsize=(7, 3.5))
+    fig, ax = plt.subplots(figsize=(plots.MIN_WIDTH_IN, 3.8))
     right = ax.twinx()
     for k, c in sorted({(int(r[1]), int(r[2])) for r in rows}):
         sel = rows[(rows[:, 1] == k) & (rows[:, 2] == c)]
@@ -107,10 +106,8 @@ def draw_trace(rows: np.ndarray, path):
     ax.set_ylim(-1.05, 1.05)
     right.set_ylabel("samples (dashed)")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    plots.integer_ticks(ax)
+    return plots.save(fig, path)
 
 
 class ForgettingMonitor:

@@ -1,4 +1,7 @@
-"""Pictures written next to a run's metrics (matplotlib, no display needed)."""
+"""Pictures written next to a run's metrics and by the reports (matplotlib, no display needed).
+
+One look for all of them: saved at ``DPI`` and at least ``MIN_WIDTH_PX`` wide, integer ticks on count axes (clients,
+classes, rounds), cell labels that read on every cell colour."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,28 +11,70 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+DPI = 150
+MIN_WIDTH_PX = 1050   # >= 1000 px: readable when a page or a slide scales the picture down
+MIN_WIDTH_IN = MIN_WIDTH_PX / DPI
 
 
-def heatmap(matrix, path: str | Path, title: str, xlabel: str, ylabel: str, cmap: str = "viridis",
-            annotate: bool | None = None, vmin=None, vmax=None) -> Path:
-    """Draw ``matrix`` as a heatmap PNG; small matrices get their values written in the cells."""
+def figure(ncols: int = 1, nrows: int = 1, width: float | None = None, height: float = 4.2, **kw):
+    """``plt.subplots`` at least ``MIN_WIDTH_IN`` wide (``width`` per column, else shared evenly)."""
+    w = max(MIN_WIDTH_IN, (width or 0) * ncols)
+    return plt.subplots(nrows, ncols, figsize=(w, height * nrows), **kw)
+
+
+def integer_ticks(ax, x: bool = True, y: bool = False) -> None:
+    """Only whole-number ticks (rounds, clients, classes, steps)."""
+    if x:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if y:
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def save(fig, path: str | Path) -> Path:
+    """Write ``fig`` as a PNG at ``DPI``, scaled up (aspect kept) to at least ``MIN_WIDTH_PX`` wide, and close it."""
+    w, h = fig.get_size_inches()
+    if w < MIN_WIDTH_IN:
+        fig.set_size_inches(MIN_WIDTH_IN, h * MIN_WIDTH_IN / w)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
+def text_colour(rgba) -> str:
+    """Black on light cells, white on dark ones (relative luminance of the cell's colour, ITU-R BT.709)."""
+    r, g, b = rgba[:3]
+    return "black" if 0.2126 * r + 0.7152 * g + 0.0722 * b > 0.5 else "white"
+
+
+def heatmap_figure(matrix, title: str, xlabel: str, ylabel: str, cmap: str = "viridis", annotate: bool | None = None,
+                   vmin=None, vmax=None):
+    """The figure of :func:`heatmap` (not saved): integer ticks on both axes (rows and columns are indices)."""
     m = np.asarray(matrix, dtype=float)
     h, w = m.shape
-    fig, ax = plt.subplots(figsize=(min(14, 1.5 + 0.45 * w), min(12, 1.2 + 0.35 * h)))
+    fig, ax = plt.subplots(figsize=(max(MIN_WIDTH_IN, min(14, 1.5 + 0.45 * w)), max(3.5, min(12, 1.2 + 0.35 * h))))
     im = ax.imshow(m, aspect="auto", cmap=cmap, vmin=vmin, vmax=vmax, interpolation="nearest")
     fig.colorbar(im, ax=ax)
     ax.set_title(title)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
+    integer_ticks(ax, x=True, y=True)
     if annotate if annotate is not None else (h * w <= 400):
         for i in range(h):
             for j in range(w):
                 v = m[i, j]
+                if not np.isfinite(v):
+                    continue
                 ax.text(j, i, f"{v:.0f}" if float(v).is_integer() else f"{v:.2f}", ha="center", va="center", fontsize=6,
-                        color="white" if im.norm(v) < 0.5 else "black")
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+                        color=text_colour(im.cmap(im.norm(v))))
+    return fig
+
+
+def heatmap(matrix, path: str | Path, title: str, xlabel: str, ylabel: str, cmap: str = "viridis",
+            annotate: bool | None = None, vmin=None, vmax=None) -> Path:
+    """Draw ``matrix`` as a heatmap PNG; small matrices get their values written in the cells."""
+    return save(heatmap_figure(matrix, title, xlabel, ylabel, cmap, annotate, vmin, vmax), path)

@@ -26,11 +26,11 @@ def draw_similarity_panels(panels: list[tuple[int, np.ndarray]], path, title: st
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    from . import plots  # noqa: F401  (selects the Agg backend)
+    from . import plots  # (selects the Agg backend)
 
     n = len(panels)
     lo = min(float(np.nanmin(S)) for _, S in panels)
-    fig, axes = plt.subplots(1, n, figsize=(3.6 * n + 1.2, 3.9), squeeze=False)
+    fig, axes = plt.subplots(1, n, figsize=(max(plots.MIN_WIDTH_IN, 3.6 * n + 1.2), 3.9), squeeze=False)
     for ax, (t, S) in zip(axes[0], panels):
         im = ax.imshow(S, cmap="viridis", vmin=lo, vmax=1.0, interpolation="nearest")
         ax.set_title(f"t = {t}")
@@ -40,7 +40,7 @@ def draw_similarity_panels(panels: list[tuple[int, np.ndarray]], path, title: st
     axes[0][0].set_ylabel("client k")
     fig.colorbar(im, ax=axes[0].tolist(), shrink=0.85, label="s_kj (Eq. 5)")
     fig.suptitle(title, fontsize=10)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
+    fig.savefig(path, dpi=plots.DPI)   # not cropped: >= 1000 px wide
     plt.close(fig)
     return path
 

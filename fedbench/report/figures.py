@@ -1,13 +1,21 @@
-"""Report pictures (matplotlib, imported lazily): accuracy-vs-round curves and metric vs a numeric key."""
+"""Report pictures (matplotlib, imported lazily): accuracy-vs-round curves and metric vs a numeric key.
+
+Legends name the swept key (``δ=0.1``), axes and titles use words (``personalized accuracy``), the paper's numbers are
+points (never joined: the paper gives no values between them), rounds get integer ticks (fedbench/plots.py)."""
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import numpy as np
 
 from .runs import _number, canon
-from .tables import DERIVED, Report, Table, _is_num, _slug
+from .tables import DERIVED, Report, Table, _is_num, _slug, metric_words
+
+# how a config key or a metric is written on a picture (anything else: as it is, "/" and "_" as spaces)
+SYMBOLS = {"delta": "δ", "alpha": "α", "beta": "β", "gamma": "γ", "mu": "μ", "lam": "λ", "lambda": "λ", "tau": "τ",
+           "mix_lambda": "λ"}
 
 
 # ---- plots -------------------------------------------------------------------------------------------------------
@@ -20,11 +28,30 @@ def _plt():
 
 
 def _save(fig, path: Path) -> Path:
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    _plt().close(fig)
-    return path
+    """fedbench.plots.save (dpi, tight layout), for the claims' pictures too."""
+    from ..plots import save
+
+    return save(fig, path)
+
+
+def key_name(key: str) -> str:
+    """``algorithm.delta`` -> ``δ``, ``choice:model`` -> ``model``, ``participation`` -> ``participation``."""
+    short = str(key).split(":")[-1].split(".")[-1]
+    return SYMBOLS.get(short, short)
+
+
+def _row_label(rep: Report, row: str) -> str:
+    """A row in a legend: its label, or ``<key>=<value>`` when the rows are the values of a swept number (``δ=0.1``)."""
+    if _is_num(row) and row not in rep.table.labels:
+        return f"{key_name(rep.table.rows)}={rep.row_names[row]}"
+    return rep.row_names[row]
+
+
+def _col_label(rep: Report, col) -> str:
+    t = rep.table
+    if t.cols and _is_num(col.key) and col.key not in t.labels:
+        return f"{key_name(t.cols)}={col.key}"
+    return col.header
 
 
 def _curve_metric(t: Table, path: str) -> str:
@@ -47,13 +74,21 @@ def curve_metrics(rep: Report) -> list[str]:
 def plot_curves(rep: Report, out: Path, band: str = "minmax") -> list[Path]:
     """Per method, accuracy vs round: the mean over seeds and a band (min–max or ± std); one panel per column value
     (or per merged config's column), complete runs only."""
-    plt, t, pngs = _plt(), rep.table, []
+    from ..plots import save
+
+    return [save(fig, out / f"{rep.table.stem}_curves_{_slug(metric)}.png") for metric, fig in curve_figures(rep, band)]
+
+
+def curve_figures(rep: Report, band: str = "minmax") -> list:
+    """(metric, figure) of :func:`plot_curves`, not saved."""
+    from ..plots import figure, integer_ticks
+
+    t, figs = rep.table, []
     for metric in curve_metrics(rep):
         panels = [c for c in rep.columns if t.cols or (t.merged and _curve_metric(t, t.metrics[c.metric]) == metric)]
         n = max(1, len(panels))
         scale = 100.0 if t.spec.get("percent") and "acc" in metric else 1.0
-        fig, axes = plt.subplots(math.ceil(n / 3), min(n, 3), figsize=(5.2 * min(n, 3), 3.6 * math.ceil(n / 3)),
-                                 squeeze=False)
+        fig, axes = figure(min(n, 3), math.ceil(n / 3), width=5.2, height=3.8, squeeze=False)
         for ax, col in zip(axes.flat, panels or [None]):
             for i, row in enumerate(rep.row_keys):
                 runs = [r for r, _ in rep._runs(row, col or rep.columns[0])    # a tuned row: its best grid value's runs
@@ -66,56 +101,75 @@ def plot_curves(rep: Report, out: Path, band: str = "minmax") -> list[Path]:
                 mean = y.mean(0)
                 lo, hi = (y.min(0), y.max(0)) if band == "minmax" else (mean - y.std(0), mean + y.std(0))
                 color = f"C{i % 10}"
-                ax.plot(common, mean, color=color, label=f"{rep.row_names[row]} (n={len(runs)})")
+                ax.plot(common, mean, color=color, label=f"{_row_label(rep, row)} (n={len(runs)})")
                 if len(runs) > 1:
                     ax.fill_between(common, lo, hi, color=color, alpha=0.2, linewidth=0)
-            ax.set_title(col.header if col else metric, fontsize=9)
+            ax.set_title(_col_label(rep, col) if col else metric_words(metric), fontsize=9)
             ax.set_xlabel("round")
-            ax.set_ylabel(metric + (" (%)" if scale == 100 else ""))
+            integer_ticks(ax)
+            ax.set_ylabel(metric_words(metric) + (" (%)" if scale == 100 else ""))
             ax.grid(alpha=0.3)
             if ax.lines:
                 ax.legend(fontsize=7)
         for ax in list(axes.flat)[n:]:
             ax.axis("off")
         fig.suptitle(f"{t.title}\nmean over seeds, band = {'min–max' if band == 'minmax' else '± std'}", fontsize=9)
-        pngs.append(_save(fig, out / f"{t.stem}_curves_{_slug(metric)}.png"))
-    return pngs
+        figs.append((metric, fig))
+    return figs
 
 
 def plot_vs_keys(rep: Report, out: Path) -> list[Path]:
-    """Metric vs a numeric row/column key, one line per other key, the paper's numbers dashed (δ, α, IF, ...)."""
-    plt, t, pngs = _plt(), rep.table, []
+    """Metric vs a numeric row/column key, one line per other key, the paper's numbers as hollow points (δ, α, IF, ...)."""
+    from ..plots import save
+
+    return [save(fig, out / f"{rep.table.stem}_vs_{_slug(name)}.png") for name, fig in vs_key_figures(rep)]
+
+
+def vs_key_figures(rep: Report) -> list:
+    """(x key, figure) of :func:`plot_vs_keys`, not saved."""
+    from ..plots import figure
+
+    t, figs = rep.table, []
     numeric_rows = len(rep.row_keys) > 1 and all(_is_num(k) for k in rep.row_keys)
     numeric_cols = len(rep.columns) > 1 and all(_is_num(c.key) for c in rep.columns)
     if numeric_cols:   # x = column value, one line per row (accuracy vs α per method, vs IF per expert count)
-        xlabel = t.cols.split(":")[-1].split(".")[-1] if t.cols else "column"   # cols null: numeric metric names
-        ylabel = rep.columns[0].metric if t.cols else "value"
-        fig, ax = plt.subplots(figsize=(6, 4))
+        xkey, ylabel = ((t.cols.split(":")[-1].split(".")[-1], metric_words(rep.columns[0].metric)) if t.cols
+                        else _metric_axes(t))   # cols null: the metrics' names are the numbers
+        fig, ax = figure(width=7, height=4.2)
         xs = [float(c.key) for c in rep.columns]
         for i, row in enumerate(rep.row_keys):
-            name = f"{rep.row_title()}={rep.row_names[row]}" if _is_num(row) and row not in t.labels else rep.row_names[row]
             _line(ax, xs, [rep.cells[(row, c.key)] for c in rep.columns], [rep.paper(row, c) for c in rep.columns],
-                  f"C{i % 10}", name)
-        _axes(ax, xs, xlabel, ylabel + (" (%)" if all(t.percent(c.metric) for c in rep.columns) else ""))
+                  f"C{i % 10}", _row_label(rep, row))
+        _axes(ax, xs, key_name(t.cols) if t.cols else xkey.replace("_", " "),
+              ylabel + (" (%)" if all(t.percent(c.metric) for c in rep.columns) else ""))
         ax.set_title(t.title, fontsize=9)
-        pngs.append(_save(fig, out / f"{t.stem}_vs_{_slug(xlabel)}.png"))
+        figs.append((xkey, fig))
     if numeric_rows:   # x = row value; one line per column (cols set) or one panel per kind of metric (δ table)
         xs = [float(k) for k in rep.row_keys]
-        xlabel = rep.row_title()
         if t.cols:
-            groups = [(rep.columns[0].metric, rep.columns)]
+            groups = [(metric_words(rep.columns[0].metric), rep.columns)]
         else:
             acc = [c for c in rep.columns if t.percent(c.metric) or "acc" in t.metrics[c.metric]]
             groups = ([("accuracy", acc)] if acc else []) + [(c.metric, [c]) for c in rep.columns if c not in acc]
-        fig, axes = plt.subplots(1, len(groups), figsize=(5 * len(groups), 3.8), squeeze=False)
+        fig, axes = figure(len(groups), width=5, height=3.8, squeeze=False)
         for ax, (name, cols) in zip(axes.flat, groups):
             for i, c in enumerate(cols):
                 _line(ax, xs, [rep.cells[(r, c.key)] for r in rep.row_keys], [rep.paper(r, c) for r in rep.row_keys],
-                      f"C{i % 10}", c.header)
-            _axes(ax, xs, xlabel, name + (" (%)" if any(t.percent(c.metric) for c in cols) else ""))
+                      f"C{i % 10}", _col_label(rep, c))
+            _axes(ax, xs, key_name(t.rows), name + (" (%)" if any(t.percent(c.metric) for c in cols) else ""))
         fig.suptitle(t.title, fontsize=9)
-        pngs.append(_save(fig, out / f"{t.stem}_vs_{_slug(xlabel)}.png"))
-    return pngs
+        figs.append((rep.row_title(), fig))
+    return figs
+
+
+def _metric_axes(t: Table) -> tuple[str, str]:
+    """x key and y label of a table whose columns are metrics named by numbers (``cols: null``): the table's own
+    ``xlabel``/``ylabel``, else what the metrics are — CAFeMe Fig. 4's ``"5": newclients/step5_acc`` is the accuracy
+    after 5 personalization steps."""
+    paths = [str(p) for p in t.metrics.values()]
+    steps = bool(paths) and all(re.fullmatch(r"newclients/step\d+_acc(\.\w+)?", p) for p in paths)
+    return (t.spec.get("xlabel") or ("personalization_step" if steps else "column"),
+            t.spec.get("ylabel") or ("new-client accuracy" if steps else "value"))
 
 
 def _line(ax, xs, cells, papers, color, label):
@@ -124,9 +178,10 @@ def _line(ax, xs, cells, papers, color, label):
         x, m, s = zip(*pts)
         ax.errorbar(x, m, yerr=s, color=color, marker="o", capsize=3, label=f"{label} (ours)")
     ref = [(x, float(p)) for x, p in zip(xs, papers) if _number(p) is not None]
-    if ref:
+    if ref:   # points only: a line would invent the values between the paper's numbers
         x, p = zip(*ref)
-        ax.plot(x, p, color=color, linestyle="--", marker="o", markerfacecolor="none", alpha=0.8, label=f"{label} (paper)")
+        ax.plot(x, p, color=color, linestyle="none", marker="D", markerfacecolor="none", markersize=7,
+                label=f"{label} (paper)")
 
 
 def _axes(ax, xs, xlabel, ylabel):
