@@ -87,8 +87,8 @@ class Federation:
         self.seed = int(cfg.seed)
         ds = load_dataset(cfg.dataset, cache_dir=cfg.cache_dir)
         self.K = int(cfg.clients)
-        part = make_partition(cfg.partition, ds.y.numpy(), ds.n_train, ds.num_classes, self.K,
-                              seeding.rng(self.seed, "partition"))
+        part = make_partition(cfg.partition, ds.y.numpy(), ds.n_train, ds.num_classes, self.K,   # as fedbench: the
+                              seeding.rng(int(cfg.partition.seed), "partition"), attrs=ds.attrs)  # split's own seed
         self.x, self.y = ds.x.to(torch.float64), ds.y
         self.train = [torch.as_tensor(i, dtype=torch.long) for i in part.train]
         self.test = [torch.as_tensor(i, dtype=torch.long) for i in part.test]
