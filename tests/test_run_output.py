@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,14 @@ def csv_rows(path: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
+def seconds(shown: str) -> float:
+    """``12.3s`` or ``h:mm:ss`` as seconds."""
+    if shown.endswith("s"):
+        return float(shown[:-1])
+    h, m, s = shown.split(":")
+    return int(h) * 3600 + int(m) * 60 + int(s)
+
+
 def jsonl(path: Path) -> list[dict]:
     return [json.loads(ln) for ln in path.read_text().splitlines()]
 
@@ -35,7 +44,7 @@ def test_redirected_run_prints_each_evaluated_round_at_once_and_logs_it_in_run_l
     p = subprocess.Popen([*CLI, "rounds=1000", "clients=3", "local_epochs=1", "eval_every=2", "logger=none",
                           "logger.console=true", "hardware=cpu", "hardware.threads=1", f"hydra.run.dir={run_dir}"],
                          cwd=tmp_path, env=env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    seen = []
+    seen, alive = [], False
     try:
         for line in p.stdout:
             seen.append(line.rstrip("\n"))
@@ -58,18 +67,21 @@ def test_redirected_run_prints_each_evaluated_round_at_once_and_logs_it_in_run_l
         assert words[words.index("pers/acc") + 1] == f"{metrics[t]['pers/acc']:.4f}"
         assert words[words.index("global/acc") + 1] == f"{metrics[t]['global/acc']:.4f}"
         assert ("train/loss" in words) == (t > 0) and "elapsed" in words and "eta" in words
-    assert rounds[0].endswith("eta -") and not rounds[2].endswith("eta -")
+    assert rounds[0].endswith("eta -")
+    words = rounds[2].split()   # round 4 of 1000: ETA = elapsed / 4 rounds * 996 rounds left (elapsed shown to 0.1 s)
+    elapsed, eta = seconds(words[words.index("elapsed") + 1]), seconds(words[words.index("eta") + 1])
+    assert abs(eta - elapsed / 4 * 996) <= 0.05 / 4 * 996 + 1, rounds[2]
     log = (run_dir / "run.log").read_text().splitlines()
     assert log[:len(seen)] == seen   # run.log holds the same lines, written as they were printed
 
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
-    """One cheap sweep, redirected: 3 jobs of the smoke experiment at 1 round, the last one diverging."""
+    """One cheap sweep, redirected: 2 jobs of the smoke experiment at 1 round, the second one diverging."""
     tmp = tmp_path_factory.mktemp("sweep")
     d = tmp / "sweep"
     p = subprocess.run([*CLI, "-m", "+experiment=smoke", "rounds=1", "clients=3", "algorithm=fedavg", "seed=0",
-                        "lr=0.05,0.02,1e6", "logger.console=true", "hardware=cpu", "hardware.threads=1",
+                        "lr=0.05,1e6", "logger.console=true", "hardware=cpu", "hardware.threads=1",
                         f"hydra.sweep.dir={d}"], cwd=tmp, env=env(tmp), capture_output=True, text=True, timeout=600)
     jobs = {json.loads(ln)["job"]: json.loads(ln) for ln in (d / "jobs.jsonl").read_text().splitlines()}
     return d, p, jobs
@@ -78,17 +90,30 @@ def sweep(tmp_path_factory):
 def test_sweep_prints_its_dir_first_then_job_k_of_n_with_an_eta(sweep):
     d, p, jobs = sweep
     out = p.stdout.splitlines()
-    assert out[0] == f"fedbench: sweep {d}: 3 jobs", p.stdout[:2000]
+    assert out[0] == f"fedbench: sweep {d}: 2 jobs", p.stdout[:2000]
     starts = [ln for ln in out if ln.startswith("fedbench: job ")]
-    assert [ln.split()[2] for ln in starts] == ["1/3", "2/3", "3/3"]
-    assert "lr=0.05" in starts[0] and "lr=1000000.0" in starts[2]
-    assert "eta" not in starts[0] and all(", eta " in ln for ln in starts[1:])   # ETA once a job has finished
+    assert [ln.split()[2] for ln in starts] == ["1/2", "2/2"]
+    assert "lr=0.05" in starts[0] and "lr=1000000.0" in starts[1]
+    assert "eta" not in starts[0] and ", eta " in starts[1]   # an ETA once a job has finished
+
+
+def test_the_sweep_eta_is_the_mean_time_of_the_finished_jobs_times_the_jobs_left(tmp_path):
+    from fedbench.sweep import job_line
+
+    launch = f"1-{time.time_ns() - 600 * 10**9}"   # launched 10 minutes ago
+    with open(tmp_path / "jobs.jsonl", "w") as f:   # 2 jobs of this launch done (and one of another launch)
+        for job, who in ((0, launch), (1, launch), (0, "2-0")):
+            f.write(json.dumps({"launch": who, "job": job, "dir": str(tmp_path / str(job)), "status": "complete"}) + "\n")
+    line = job_line(tmp_path, launch, 2, 6, ["seed=2"])
+    assert line.startswith("fedbench: job 3/6 (seed=2); sweep 0:10:0")
+    so_far, eta = line.split("sweep ")[1].split(" so far, eta ")
+    assert abs(seconds(eta) - 2 * seconds(so_far)) <= 2, line   # 600 s / 2 jobs * 4 jobs left
 
 
 def test_each_job_has_its_header_rounds_and_end_lines_also_in_its_run_log(sweep):
     d, p, jobs = sweep
     out = p.stdout.splitlines()
-    for job in (jobs[0], jobs[1]):
+    for job in (jobs[0],):
         run_dir = Path(job["dir"])
         cfg = (run_dir / "config.yaml").read_text()
         summary = json.loads((run_dir / "summary.json").read_text())
@@ -107,11 +132,11 @@ def test_sweep_ends_with_a_table_of_its_jobs_and_the_report_command(sweep):
     d, p, jobs = sweep
     out = p.stdout.splitlines()
     assert out[-1] == f"fedbench-report {d}"
-    start = out.index(f"fedbench: sweep {d}: 2 of 3 jobs complete")
+    start = out.index(f"fedbench: sweep {d}: 1 of 2 jobs complete")
     header, *rows = out[start + 1:-1]
     assert header.split() == ["job", "overrides", "status", "pers/acc", "best", "final", "time"]
-    assert len(rows) == 3
-    for row, job in zip(rows, (jobs[0], jobs[1], jobs[2])):
+    assert len(rows) == 2
+    for row, job in zip(rows, (jobs[0], jobs[1])):
         words = row.split()
         lr = next(o for o in job["overrides"] if o.startswith("lr="))
         assert words[:3] == [str(job["job"] + 1), lr, job["status"]]   # only the override that varies
@@ -121,8 +146,8 @@ def test_sweep_ends_with_a_table_of_its_jobs_and_the_report_command(sweep):
         else:
             assert words[3:5] == ["-", "-"]
         assert words[5] != "-"
-    assert jobs[2]["status"] == "diverged" and p.returncode == 1
-    assert p.stderr.strip().splitlines()[-1].startswith("fedbench: 1 of 3 runs failed (1 diverged)")
+    assert jobs[1]["status"] == "diverged" and p.returncode == 1
+    assert p.stderr.strip().splitlines()[-1].startswith("fedbench: 1 of 2 runs failed (1 diverged)")
 
 
 def test_every_run_dir_gets_metrics_csv_and_curves_png(sweep):
@@ -139,15 +164,19 @@ def test_every_run_dir_gets_metrics_csv_and_curves_png(sweep):
 
 
 def test_metrics_csv_after_a_resume_has_each_round_once_as_metrics_jsonl(tmp_path):
-    """A run killed after round 2 had logged round 3: the resumed run redoes round 3; the CSV written at its end
-    holds rounds 0..3 once each, with the values of metrics.jsonl (the redone round 3)."""
+    """A run that failed at its end (its summary could not be written) after round 3, whose later kill had also logged
+    a different round 3: the resumed run redoes round 3 from the round-2 checkpoint; the CSV written at its end holds
+    rounds 0..3 once each, with the values of metrics.jsonl (the redone round 3)."""
+    from fedbench.errors import WriteFailed
+
     run_dir = tmp_path / "run"
     cfg = make_cfg("rounds=3", "clients=3", "checkpoint.every=1", "checkpoint.keep=5")
-    run_cfg(cfg, run_dir)
-    (run_dir / "summary.json").unlink()
-    status = json.loads((run_dir / "status.json").read_text())
-    (run_dir / "status.json").write_text(json.dumps({**status, "status": "failed"}))
-    with open(run_dir / "metrics.jsonl", "a") as f:   # what a killed session may have left: its round 3
+    (run_dir / "summary.json").mkdir(parents=True)   # a directory in the way: the summary cannot be written
+    with pytest.raises(WriteFailed):
+        run_cfg(cfg, run_dir)
+    (run_dir / "summary.json").rmdir()
+    (run_dir / "metrics.csv").unlink()   # as if killed before its end
+    with open(run_dir / "metrics.jsonl", "a") as f:
         f.write(json.dumps({"round": 3, "pers/acc": 0.123, "train/loss": 9.0}) + "\n")
     run_cfg(cfg, run_dir)
     rows = csv_rows(run_dir / "metrics.csv")
