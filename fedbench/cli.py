@@ -90,7 +90,8 @@ def precheck(args: list[str]) -> None:
         parsed = OverridesParser.create().parse_overrides(raw)
     except HydraException as e:
         fail(f"cannot parse overrides: {str(e).splitlines()[0]}")
-    _check_output_dir(parsed, any(a in ("-m", "--multirun") for a in args))
+    multirun = any(a in ("-m", "--multirun") for a in args)
+    _check_output_dir(parsed, multirun)
     groups, keys, deleted = [], [], []
     for o in parsed:
         key = o.key_or_group
@@ -142,6 +143,8 @@ def precheck(args: list[str]) -> None:
                 _resolve_all(composed, combo)
                 _check_types(cfg, composed, [o.key_or_group for o in keys if _node(cfg, o.key_or_group) is not None])
                 validate(composed)
+                if multirun:
+                    _check_data(composed)
             except ConfigError as e:
                 fail(str(e))
             except HydraException as e:
@@ -257,6 +260,19 @@ def _resolve_all(cfg, combo: list[str]) -> None:
         node = _node(cfg, key)
         value = typed if typed is not None else (node._value() if node is not None else "?")
         raise ConfigError(key, value, f"a value or an interpolation that resolves ({str(e).splitlines()[0]})") from None
+
+
+def _check_data(cfg) -> None:
+    """A sweep's real dataset has a root to read (or a decoded copy in the cache, or download=true): checked once
+    before the jobs start, instead of every job failing with the same line."""
+    from .data.datasets import _GENERATED, _cache_file
+
+    d = cfg.dataset
+    if d.name in _GENERATED or d.get("download") or (d.get("cache") and _cache_file(d, cfg.cache_dir).is_file()):
+        return
+    if not Path(str(d.root)).is_dir():
+        raise ConfigError("dataset.root", str(d.root), f"a folder holding {d.name} ({Path(str(d.root)).resolve()} does "
+                          "not exist): add data_root=<folder> (e.g. data_root=../shared/data) or export FEDBENCH_DATA")
 
 
 def _check_output_dir(parsed, multirun: bool) -> None:
