@@ -375,8 +375,25 @@ def sweep_dir(args: list[str]) -> str:
     return f"outputs/multirun/{dirname(','.join(parts))}"
 
 
+def complete_experiment(args: list[str]) -> bool:
+    """Shell completion of ``+experiment=<TAB>``: the paper tables (Hydra's own lists only the configs directly in
+    conf/experiment/, i.e. ``smoke``). True when the word being completed is an experiment choice (printed here)."""
+    import re
+
+    if not any(a.startswith("query=") for a in args) or "COMP_LINE" not in os.environ:
+        return False
+    line = os.environ["COMP_LINE"][:int(os.environ.get("COMP_POINT", 10**6))]
+    m = re.fullmatch(r"(\+{0,2})experiment=(\S*)", line.split(" ")[-1])
+    if m is None:
+        return False
+    print("\n".join(f"{m.group(1)}experiment={e}" for e in experiments() if e.startswith(m.group(2))))
+    return True
+
+
 def main() -> None:
     args = sys.argv[1:]
+    if any(a in ("--shell-completion", "-sc") for a in args) and complete_experiment(args):
+        return
     if not any(a in ("--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc") or a.startswith("--info")
                for a in args):
         precheck(args)

@@ -342,3 +342,21 @@ def test_a_sweep_without_its_data_fails_once_before_any_job(tmp_path, monkeypatc
     err = capfd.readouterr().err
     assert code == 2 and not sweep.exists()
     assert err.count("dataset.root='data'") == 1 and "data_root=" in err and "Launching" not in err, err
+
+
+@pytest.mark.parametrize("word,expected", [("+experiment=fedrema/t", [f"+experiment=fedrema/table{i}" for i in range(1, 6)]),
+                                           ("experiment=smo", ["experiment=smoke"])])
+def test_experiment_completes_to_the_paper_tables(word, expected, monkeypatch, capfd):
+    """`fedbench +experiment=<TAB>` (README): the paper tables one folder down, not only `smoke` (Hydra's own
+    completion), and never an internal part (`fedrema/setting/...`)."""
+    from fedbench import cli
+
+    monkeypatch.setenv("COMP_LINE", f"fedbench algorithm=fedavg {word}")
+    monkeypatch.setenv("COMP_POINT", str(len(f"fedbench algorithm=fedavg {word}")))
+    assert _call(cli.main, "fedbench", ["-sc", "query=bash"]) == 0
+    assert capfd.readouterr().out.split() == expected
+    monkeypatch.setenv("COMP_LINE", "fedbench +experiment=")
+    monkeypatch.setenv("COMP_POINT", "21")
+    assert _call(cli.main, "fedbench", ["-sc", "query=bash"]) == 0
+    listed = capfd.readouterr().out.split()
+    assert "+experiment=fedka/table1" in listed and not any("setting" in w or "/arm/" in w for w in listed)
