@@ -114,7 +114,7 @@ def measure(spec: dict) -> dict:
     executor, _, workers = spec["executor"].partition("@")   # e.g. sequential@1: one client at a time
     overrides = ["logger=none", f"hardware.device={spec['device']}", f"hardware.executor={executor}",
                  f"hardware.workers={workers or 'auto'}", f"hardware.precision={spec['precision']}",
-                 f"hardware.tf32={str(spec['tf32']).lower()}", f"clients={spec['clients']}", f"model={spec['model']}",
+                 f"hardware.tf32={str(spec['tf32']).lower()}", f"hardware.max_memory={spec.get('max_memory') or 'null'}", f"clients={spec['clients']}", f"model={spec['model']}",
                  f"local_epochs={spec['epochs']}", f"batch_size={spec['batch_size']}", "lr=0.01", f"hardware.channels_last={spec['channels_last']}",
                  *workload_overrides(spec["workload"], spec["clients"], spec["data"], spec["shape"], spec["test_per_class"])]
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
@@ -306,6 +306,8 @@ def main():
     ap.add_argument("--test-per-class", dest="test_per_class", type=int, default=1000, help="synthetic test images per class")
     ap.add_argument("--calls", default=None, help="only count the vectorized executor's batched calls per round on this "
                                                   "workload (e.g. dir0.1), no training")
+    ap.add_argument("--max-memory", dest="max_memory", default=None,
+                    help="hardware.max_memory for the vectorized executor (bytes or a fraction; default: no budget)")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -324,6 +326,7 @@ def main():
     print(f"fp32 matmul peak: {peak / 1e9:.1f} GFLOP/s")
     base = {"device": args.device, "rounds": args.rounds, "epochs": args.epochs, "batch_size": args.batch_size,
             "model": args.model, "shape": args.shape, "test_per_class": args.test_per_class, "precision": args.precision,
+            "max_memory": args.max_memory,
             "channels_last": args.channels_last, "data": data, "clean": args.clean}
     executors = args.executors.split(",")
     res = []
