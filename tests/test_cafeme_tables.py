@@ -9,6 +9,7 @@ import pytest
 import torch
 import yaml
 from conftest import make_cfg, run_cfg
+from omegaconf import OmegaConf
 
 from fedbench.report import Report, group_tables
 from fedbench.report.runs import RunRecord
@@ -101,6 +102,36 @@ def test_table2_runs_table1s_baselines_with_femnists_budget(tmp_path):
         if algo == "perfedavg_caf":
             assert (a.alpha, a.beta, a.local_steps, a.variant) == (0.01, 0.001, 8, "hf")
         Run(cfg, tmp_path / algo).setup()
+
+
+def test_figure3_bars_are_table1s_rmnist_setting_with_their_partition():
+    """Figure 3 (RMNIST vs heterogeneity): every bar is Table 1's RMNIST cell (data, model, B, fine-tuning lrs, IFCA
+    clusters, solver, rounds, clients) with only the partition changed — None = equal random parts, Dir α from
+    1000 to 0.3 (FedLab hetero_dir, min 10), Shards = 200 x 2 — and the same eight methods as Table 1."""
+    fig = yaml.safe_load((EXP / "figure3.yaml").read_text())
+    sweep = fig["hydra"]["sweeper"]["params"]
+    assert sweep["algorithm"] == SWEEP["algorithm"] and sweep["seed"] == SWEEP["seed"]
+    bars = sweep["experiment/cafeme/heterogeneity@_global_"].split(",")
+    assert bars[0] == "none" and bars[-1] == "shards"
+    same = ("dataset", "model", "batch_size", "eval", "algorithm", "lr", "optim", "local_epochs", "clients",
+            "participation", "rounds", "drop_last")
+    ref = OmegaConf.to_container(_cell("rmnist_shards", "ifca"))
+    alphas = []
+    for bar in bars:
+        c = make_cfg("+experiment=cafeme/figure3", f"experiment/cafeme/heterogeneity@_global_={bar}", "algorithm=ifca",
+                     fast=False)
+        raw = OmegaConf.to_container(c)
+        assert {k: raw[k] for k in same} == {k: ref[k] for k in same}, bar
+        p = c.partition
+        assert (p.test_split, p.test_fraction) == ("local", 0.2)
+        if bar == "none":
+            assert (p.name, c.cafeme_heterogeneity) == ("iid", "None") and "num_shards" not in p
+        elif bar == "shards":
+            assert (p.name, p.num_shards, p.shards_per_client) == ("shards", 200, 2)
+        else:
+            assert (p.name, p.min_size, c.cafeme_heterogeneity) == ("dirichlet", 10, f"Dir {p.alpha}")
+            alphas.append(p.alpha)
+    assert alphas[0] == 1000 and alphas[-1] == 0.3 and alphas == sorted(alphas, reverse=True)
 
 
 def test_rmnist_rotation_chunks_are_reshuffled_per_run_seed(tmp_path):
