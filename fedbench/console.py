@@ -212,12 +212,18 @@ def round_table(run_dir: Path) -> None:
 
 
 def curves(rows: list[dict], path: Path) -> Path:
+    """``curves.png``: :func:`curves_figure`, saved."""
+    from .plots import save
+
+    return save(curves_figure(rows), path)
+
+
+def curves_figure(rows: list[dict]):
     """Accuracy (left) and training loss (right) against the round."""
-    from matplotlib.ticker import MaxNLocator
+    from .plots import figure, integer_ticks
 
-    from .plots import plt   # the Agg backend: no display needed
-
-    fig, (acc, loss) = plt.subplots(1, 2, figsize=(10.5, 4.2))   # 1575 px wide at 150 dpi
+    fig, (acc, loss) = figure(ncols=2, width=5.2)
+    first, last = rows[0]["round"], rows[-1]["round"]
     for ax, keys, label in ((acc, HEADLINE, "accuracy"), (loss, ("train/loss",), "training loss")):
         for k in keys:
             pts = [(r["round"], r[k]) for r in rows if isinstance(r.get(k), (int, float)) and math.isfinite(r[k])]
@@ -225,10 +231,8 @@ def curves(rows: list[dict], path: Path) -> Path:
                 ax.plot(*zip(*pts), marker="o" if len(pts) < 30 else None, markersize=3, label=LABELS[k])
         ax.set_xlabel("round")
         ax.set_ylabel(label)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlim(first - max(0.5, (last - first) / 40), last + max(0.5, (last - first) / 40))   # all rounds
+        integer_ticks(ax)
         if ax.get_legend_handles_labels()[0]:
             ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=150)
-    plt.close(fig)
-    return path
+    return fig

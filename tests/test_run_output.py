@@ -41,7 +41,7 @@ def jsonl(path: Path) -> list[dict]:
 
 def test_redirected_run_prints_each_evaluated_round_at_once_and_logs_it_in_run_log(tmp_path):
     """stdout is a pipe: the header, then one plain line per evaluated round, each readable while the run goes on
-    (the process is killed after round 2's line: a buffered line would arrive only at exit, or never)."""
+    (the process is killed after round 4's line: a buffered line would arrive only when the buffer fills or at exit)."""
     run_dir = tmp_path / "a-long-run-dir-name-so-the-lines-are-wider-than-eighty-columns" / "run"
     p = subprocess.Popen([*CLI, "rounds=1000", "clients=3", "local_epochs=1", "eval_every=2", "logger=none",
                           "logger.console=true", "hardware=cpu", "hardware.threads=1", f"hydra.run.dir={run_dir}"],
@@ -50,8 +50,9 @@ def test_redirected_run_prints_each_evaluated_round_at_once_and_logs_it_in_run_l
     try:
         for line in p.stdout:
             seen.append(line.rstrip("\n"))
-            if line.startswith("round 4/"):
-                alive = p.poll() is None
+            if line.startswith("round 4/"):   # read at once: the run is not far past round 4 (a pipe's 8 KiB buffer
+                status = json.loads((run_dir / "status.json").read_text())   # would first fill at round ~190)
+                alive = p.poll() is None and status["status"] == "running" and status["round"] < 100
                 break
     finally:
         p.kill()
@@ -180,6 +181,21 @@ def test_every_run_dir_gets_metrics_csv_and_curves_png(sweep):
         for r, m in zip(rows, logged):
             assert float(r["pers/acc"]) == m["pers/acc"]
             assert "global/class_acc" not in r   # lists are left to metrics.jsonl
+
+
+def test_the_curves_have_whole_rounds_on_the_x_axis_and_are_at_least_1000_px_wide(sweep):
+    from fedbench.console import curves_figure, read_rounds
+
+    d, p, jobs = sweep
+    run_dir = Path(jobs[0]["dir"])
+    with open(run_dir / "curves.png", "rb") as f:
+        width = int.from_bytes(f.read(24)[16:20], "big")   # the PNG header's width
+    assert width >= 1000
+    fig = curves_figure(read_rounds(run_dir / "metrics.jsonl"))
+    for ax in fig.axes:
+        shown = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+        assert shown and all(float(t).is_integer() for t in shown), shown
+    assert [line.get_label() for line in fig.axes[0].lines] == ["personalized (pers/acc)", "global model (global/acc)"]
 
 
 def test_metrics_csv_after_a_resume_has_each_round_once_as_metrics_jsonl(tmp_path):
