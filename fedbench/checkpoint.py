@@ -6,6 +6,9 @@ fingerprint of the config. Randomness needs no state: every draw is keyed by (se
 round, client) (fedbench.seeding). Files: ``checkpoints/round_<t>.pt`` plus ``.sha256``; written
 to a temporary file, fsynced, then renamed; loaded with ``torch.load(weights_only=True)``; a
 file whose checksum does not match is skipped in favour of the previous one.
+
+Once a run is complete its checkpoints are deleted (``checkpoint.keep_complete`` keeps the newest N): a complete run is
+never resumed, and what it trained is kept, compact, in ``model.pt`` (:func:`save_final`, :func:`load_final`).
 """
 from __future__ import annotations
 
@@ -100,6 +103,46 @@ def save(run_dir: Path, t: int, state: dict, keep: int = 2) -> Path:
         old.unlink(missing_ok=True)
         old.with_suffix(".sha256").unlink(missing_ok=True)
     return path
+
+
+FINAL = "model.pt"
+
+
+def save_final(run_dir: Path, t: int, algorithm, fingerprint: str) -> Path:
+    """The final model in ``<run dir>/model.pt``, atomically (read it with :func:`load_final`):
+
+    ``global``: (params, buffers) of the algorithm's global model (``Algorithm.global_model``; None if it has none);
+    ``state``: the algorithm's state as a checkpoint stores it (``Algorithm.state_dict``: every client and server stack,
+    personalized weights included) without the per-client optimizer state, the bulk of a checkpoint — so
+    ``algorithm.load_state_dict(state)`` after ``Run(cfg, dir).setup()`` with the run's config gives back the final
+    global and personalized models; plus ``round``, ``algorithm`` (its name) and ``config_fingerprint``."""
+    from .rundir import atomic
+
+    state = {k: v for k, v in algorithm.state_dict().items() if k != "opt_state"}
+    path = Path(run_dir) / FINAL
+    with atomic(path, "wb") as f:
+        torch.save(_pack({"round": t, "algorithm": algorithm.name, "config_fingerprint": fingerprint,
+                          "global": algorithm.global_model(), "state": state}), f)
+    return path
+
+
+def load_final(run_dir: Path, device="cpu") -> dict:
+    """``model.pt`` of a complete run (see :func:`save_final`), loaded without executing code."""
+    return _unpack(torch.load(Path(run_dir) / FINAL, map_location="cpu", weights_only=True), device)
+
+
+def prune(run_dir: Path, keep: int) -> None:
+    """Delete all but the newest ``keep`` checkpoints (a complete run: ``checkpoint.keep_complete``); the checkpoints
+    directory goes when it is empty."""
+    d = directory(run_dir)
+    saved = sorted(d.glob("round_*.pt"))
+    for old in saved[:max(len(saved) - keep, 0)]:
+        old.unlink(missing_ok=True)
+        old.with_suffix(".sha256").unlink(missing_ok=True)
+    try:
+        d.rmdir()
+    except OSError:   # not empty (kept checkpoints) or absent
+        pass
 
 
 def _warn(msg: str) -> None:

@@ -128,6 +128,8 @@ CHECKS: dict[str, tuple] = {
     "partition.test_fraction": number(0, 1, lo_open=True, hi_open=True),
     "checkpoint.every": int_at_least(0),
     "checkpoint.keep": int_at_least(1),
+    "checkpoint.keep_complete": int_at_least(0),
+    "checkpoint.final_model": boolean(),
     "checkpoint.on_signal": boolean(),
     "checkpoint.min_free_mb": number(0, None),
     "resume": boolean(),

@@ -227,7 +227,11 @@ class Run:
         run whose summary is written is ``complete``. A bad config found before training leaves no new run dir behind
         (a sweep's job keeps its dir, with status.json saying why)."""
         cfg = self.cfg
-        validate(cfg)
+        try:
+            validate(cfg)
+        except ConfigError as e:
+            self._refused(e)
+            raise
         done = self._previous_run(owner=False)   # read-only: skip a complete run, refuse a different config
         if done is not None:
             return done
@@ -304,6 +308,19 @@ class Run:
         self.guard.check()
         return self._complete()
 
+    def _refused(self, e: ConfigError) -> None:
+        """A config refused before the run began: the empty dir Hydra made for it goes (a sweep's job keeps it, with
+        status.json saying why, for the sweep's summary and report: an empty dir would read as "pending")."""
+        try:
+            if not self.run_dir.is_dir() or any(self.run_dir.iterdir()):
+                return
+            if self.group is None:
+                self.run_dir.rmdir()
+            else:
+                rundir.Status(self.run_dir).set(status="failed", error=describe(e))
+        except OSError:   # the config error is what the caller reports
+            pass
+
     def _record_failure(self, e: BaseException) -> None:
         """status.json says how the run ended (and a signal saves the last finished round first)."""
         state = "preempted" if isinstance(e, Preempted) else "diverged" if isinstance(e, Diverged) else "failed"
@@ -375,9 +392,12 @@ class Run:
                    "final": {k: v for k, v in self.evaluator.last.items()},
                    **self.algorithm.finish(self.run_dir),
                    **(self.new_clients.summary(self.run_dir) if self.new_clients else {})}
+        if cfg.checkpoint.final_model:   # model.pt: the final global and personalized weights (fedbench.checkpoint)
+            ckpt.save_final(self.run_dir, int(cfg.rounds), self.algorithm, self.fingerprint)
         with self.guard.deferred():   # the result is recorded whole: a signal now waits until it is
             rundir.write_json(self.run_dir / "summary.json", summary)
             self.status.set(status="complete", round=int(cfg.rounds), eta_s=0)
+        ckpt.prune(self.run_dir, int(cfg.checkpoint.keep_complete))   # a complete run is never resumed
         self.loggers.summary(summary)
         self.loggers.finish("complete")
         if self.guard.received:

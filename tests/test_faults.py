@@ -120,9 +120,10 @@ def snapshot(d: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def done_run(tmp_path_factory):
-    """A complete 3-round run with a checkpoint after every round (rounds 1 and 2; none after the last)."""
+    """A complete 3-round run with a checkpoint after every round (rounds 1 and 2; none after the last), kept after
+    completion (checkpoint.keep_complete) so that a test can make the run look interrupted."""
     tmp = tmp_path_factory.mktemp("done")
-    args = [*FAST, "checkpoint.every=1", "checkpoint.keep=5"]
+    args = [*FAST, "checkpoint.every=1", "checkpoint.keep=5", "checkpoint.keep_complete=5"]
     code, err = fedbench_here(*args, f"hydra.run.dir={tmp / 'run'}", tmp_path=tmp)
     assert code == 0, err[-3000:]
     return args, tmp / "run", json.loads((tmp / "run" / "summary.json").read_text())

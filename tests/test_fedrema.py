@@ -301,7 +301,7 @@ def test_a_fedrema_run_logs_every_diagnostic(tmp_path, capsys):
     rounds, K = 5, 6
     cfg = make_cfg("algorithm=fedrema", "model=tiny_cnn", "partition=dominant_groups", "partition.samples_per_client=60",
                    f"clients={K}", "local_epochs=3", f"rounds={rounds}", "algorithm.delta=1.0", "algorithm.plot_every=3",
-                   "checkpoint.every=1", "checkpoint.keep=3")
+                   "checkpoint.every=1", "checkpoint.keep=3", "checkpoint.keep_complete=3")
     summary = run_cfg(cfg, tmp_path)
     end = summary["ccp_end_round"]
     assert end is not None and 1 < end < rounds            # δ = 1: the first drop of Δs̄ ends the CCP

@@ -166,7 +166,8 @@ def test_keeps_only_the_newest_checkpoints(tmp_path):
 
 def test_relaunched_sweep_skips_complete_runs_and_resumes_partial_ones(tmp_path):
     sweep = tmp_path / "sweep"
-    args = ["-m", "seed=0,1", "rounds=4", "clients=4", "checkpoint.every=1", "logger=none", f"hydra.sweep.dir={sweep}"]
+    args = ["-m", "seed=0,1", "rounds=4", "clients=4", "checkpoint.every=1", "checkpoint.keep_complete=2", "logger=none",
+            f"hydra.sweep.dir={sweep}"]
     fedbench(*args, tmp_path=tmp_path)
     runs = sorted(p for p in sweep.iterdir() if p.is_dir())
     done, crashed = runs
