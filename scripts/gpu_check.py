@@ -79,7 +79,7 @@ def cmd_env(args) -> None:
     print(f"python {sys.version.split()[0]}, torch {torch.__version__}, CUDA build {torch.version.cuda}, "
           f"cuDNN {torch.backends.cudnn.version()}")
     if not torch.cuda.is_available():
-        print("no CUDA device: torch.cuda.is_available() is False")
+        print(f"no CUDA device: torch.cuda.is_available() is False (TF32 flags as torch starts: {numerics.tf32_flags()})")
         return
     for i in range(torch.cuda.device_count()):
         p = torch.cuda.get_device_properties(i)
@@ -150,8 +150,10 @@ def cmd_memory(args) -> None:
     vectorized; with and without hardware.max_memory=0.9 (chunks)."""
     from fedbench.run import Run
 
-    data = [f"dataset.root={args.data}", "dataset=cifar10"] if args.data else \
-        ["dataset=synthetic", "dataset.shape=[3,32,32]", "dataset.train_per_class=1000", "dataset.test_per_class=100"]
+    per_class = (10, 2) if args.quick else (1000, 100)   # --quick: 100 images in all (a smoke test of this code)
+    data = [f"dataset.root={args.data}", "dataset=cifar10"] if args.data and not args.quick else \
+        ["dataset=synthetic", "dataset.shape=[3,32,32]", f"dataset.train_per_class={per_class[0]}",
+         f"dataset.test_per_class={per_class[1]}"]
     model = ["model=tiny_cnn", "clients=2", "batch_size=8"] if args.quick else ["model=resnet50", "clients=10", "batch_size=128"]
     for stem in ([] if args.quick else ["false", "true"]) or [None]:
         for budget in ("null", "0.9"):

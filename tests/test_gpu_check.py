@@ -1,6 +1,9 @@
 """scripts/gpu_check.sh (make gpu-check) on a machine without a GPU, and its checks' code on the CPU (--quick)."""
+import argparse
+import importlib.util
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -21,18 +24,27 @@ def test_without_a_gpu_it_says_so_and_skips_the_cuda_checks(tmp_path):
     assert text == p.stdout   # everything printed is in the one report file
 
 
-def _check(*args) -> str:
-    p = subprocess.run([sys.executable, str(REPO / "scripts" / "gpu_check.py"), *args], capture_output=True, text=True,
-                       timeout=900)
-    assert p.returncode == 0, p.stdout + p.stderr
-    return p.stdout
+@pytest.fixture
+def gpu_check(monkeypatch, tmp_path):
+    """scripts/gpu_check.py imported in this process (its runs' folders under tmp_path)."""
+    spec = importlib.util.spec_from_file_location("gpu_check", REPO / "scripts" / "gpu_check.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    return module
 
 
-def test_the_checks_run_on_the_cpu():
-    """The code the first GPU will run, on tiny CPU runs: the equality check, the sync counter, the memory report."""
-    out = _check("equality", "--device", "cpu", "--quick")
+def test_the_checks_run_on_the_cpu(gpu_check, capsys):
+    """The code the first GPU will run, on tiny CPU runs (in-process; the script's own process is tested above):
+    the equality check, the sync counter, the memory report."""
+    def check(name, **kw) -> str:
+        getattr(gpu_check, "cmd_" + name)(argparse.Namespace(**{"device": "cpu", "quick": True, "data": None, **kw}))
+        assert gpu_check.FAILED == []
+        return capsys.readouterr().out
+
+    out = check("equality")
     assert out.count("PASS  sequential == vectorized on cpu") == 2 and "FAIL" not in out   # fp64 and fp32
-    out = _check("syncs", "--device", "cpu")
+    out = check("syncs")
     assert "PASS  host reads inside the vectorized step loop (fedbench's counter): count 0 (allowed 0)" in out
-    out = _check("memory", "--device", "cpu", "--quick")
+    out = check("memory")
     assert out.count("peak allocated") == 2
