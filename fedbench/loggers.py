@@ -90,18 +90,16 @@ def wandb_mode(requested: str) -> str:
 class WandbSink:
     """The real ``wandb`` library: config, per-round history, summary, images; resumable by run id."""
 
-    def __init__(self, cfg, run_dir: Path, config: dict, run_id: str | None, group: str | None, name: str, mode: str):
+    def __init__(self, cfg, run_dir: Path, config: dict, run_id: str | None, group: str | None, name: str, mode: str,
+                 job_type: str = "run"):
         import wandb
 
         self.wandb = wandb
         wcfg = cfg.logger.wandb
         self.mode = mode
-        timeout = wcfg.get("init_timeout")   # null: W&B's own (WANDB_INIT_TIMEOUT or 90 s)
-        settings = wandb.Settings(console="off", x_disable_stats=True, silent=True,
-                                  **({"init_timeout": float(timeout)} if timeout is not None else {}))
-        self.run = wandb.init(project=wcfg.project, entity=wcfg.entity, group=group, name=name, tags=list(wcfg.tags or []),
-                              dir=str(run_dir), mode=self.mode, config=config, id=run_id, resume="allow" if run_id else None,
-                              reinit="finish_previous", settings=settings)
+        self.run = wandb.init(project=wcfg.project, entity=wcfg.entity, group=group, name=name, tags=wandb_tags(cfg),
+                              job_type=job_type, dir=str(run_dir), mode=self.mode, config=config, id=run_id,
+                              resume="allow" if run_id else None, reinit="finish_previous", settings=_settings(wandb, wcfg))
         self.id = self.run.id
 
     def log(self, step: int, metrics: dict) -> None:
@@ -178,7 +176,94 @@ class Loggers:
         return next((s.id for s in self.sinks if isinstance(s, WandbSink)), None)
 
 
-def _wandb_sink(cfg, run_dir: Path, wandb_id: str | None, group: str | None, title: str):
+def _settings(wandb, wcfg):
+    timeout = wcfg.get("init_timeout")   # null: W&B's own (WANDB_INIT_TIMEOUT or 90 s)
+    return wandb.Settings(console="off", x_disable_stats=True, silent=True,
+                          **({"init_timeout": float(timeout)} if timeout is not None else {}))
+
+
+SWEPT = "FEDBENCH_SWEPT"   # the keys the running multirun sweeps (set as it starts, fedbench.sweep; its workers inherit it)
+
+
+def _hydra():
+    """Hydra's config of this job, or None (a run through the compose API)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return HydraConfig.get() if HydraConfig.initialized() else None
+
+
+def _key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def swept_keys(config) -> list[str]:
+    """The keys a multirun varies: the sweep params of its config (a paper table's ``hydra.sweeper.params``) and the
+    command line's sweeps (``seed=0,1``)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    keys = [_key(str(k)) for k in (config.hydra.sweeper.get("params") or {})]
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(config.hydra.overrides.task))
+    except Exception:   # Hydra reports a bad sweep itself
+        parsed = []
+    return keys + [_key(o.input_line) for o in parsed if o.is_sweep_override()]
+
+
+def run_name(cfg, sweep: bool) -> str:
+    """A W&B run's name: ``fedrema cifar10 delta=0.1 seed=2`` — the method, the dataset, the overrides that vary (a
+    sweep's job: the keys the sweep varies; one run: the overrides given, but those that change no result), the seed."""
+    hc = _hydra()
+    given = list(hc.overrides.task) if hc is not None else []
+    if sweep:
+        varying = set(filter(None, os.environ.get(SWEPT, "").split(",")))
+        varying |= {_key(str(k)) for k in ((hc.sweeper.get("params") if hc is not None else None) or {})}
+    else:
+        neutral = tuple(hc.job.config.override_dirname.exclude_keys) if hc is not None else ()   # change no result
+        varying = {k for k in map(_key, given) if not (k in neutral or k.startswith(tuple(f"{n}." for n in neutral)))}
+    shown = [o.lstrip("+~") for o in given if _key(o) in varying
+             and _key(o) not in ("seed", "algorithm", "dataset", "experiment")]   # experiment: in the tags
+    shown = [o if "/" not in _key(o) else f"{_key(o).split('@')[0].rsplit('/', 1)[-1]}={o.split('=', 1)[1]}" for o in shown]
+    return " ".join([str(cfg.algorithm.name), str(cfg.dataset.name), *shown, f"seed={cfg.seed}"])
+
+
+def wandb_tags(cfg, run: bool = True) -> list[str]:
+    """``paper:<p>``, ``table:<id>`` (a paper table's ``table:`` node, else the experiment chosen), and for a run
+    ``algorithm:<a>``, ``dataset:<d>``; then logger.wandb.tags."""
+    hc = _hydra()
+    exp = hc.runtime.choices.get("experiment") if hc is not None else None
+    exp = exp.split("/", 1) if exp and "/" in exp else [None, None]
+    tags = [f"paper:{OmegaConf.select(cfg, 'table.paper', default=None) or exp[0]}",
+            f"table:{OmegaConf.select(cfg, 'table.id', default=None) or exp[1]}"]
+    tags = [t for t in tags if not t.endswith(":None")]
+    if run:
+        tags += [f"algorithm:{cfg.algorithm.name}", f"dataset:{cfg.dataset.name}"]
+    return list(dict.fromkeys(tags + [str(t) for t in (OmegaConf.select(cfg, "logger.wandb.tags") or [])]))
+
+
+def log_sweep_table(config, sweep: Path, columns: list[str], rows: list[list]) -> None:
+    """A sweep's table of jobs as a W&B Table (``sweep/jobs``) in a W&B run of its own: job_type ``sweep-summary``, in
+    the sweep's group, files under ``<sweep dir>/wandb``. Nothing when W&B is off; a W&B failure is one warning."""
+    wcfg = OmegaConf.select(config, "logger.wandb")
+    mode = wandb_mode(wcfg.mode) if wcfg is not None else "disabled"
+    if mode == "disabled" or (mode == "online" and _WANDB_DOWN):
+        return
+    try:
+        import wandb
+
+        run = wandb.init(project=wcfg.project, entity=wcfg.entity, group=wcfg.group or Path(sweep).name,
+                         name=f"{Path(sweep).name} jobs", job_type="sweep-summary", tags=wandb_tags(config, run=False),
+                         dir=str(sweep), mode=mode, reinit="finish_previous", settings=_settings(wandb, wcfg))
+        run.log({"sweep/jobs": wandb.Table(columns=columns, data=rows)})
+        run.finish()
+    except Exception as e:
+        try:
+            wandb.teardown()
+        except (Exception, SystemExit):
+            pass
+        _warn(f"W&B: the sweep's table was not logged ({_reason(e)}); it is printed above and in {sweep}/jobs.jsonl")
+
+
+def _wandb_sink(cfg, run_dir: Path, wandb_id: str | None, group: str | None):
     """(the W&B sink or None, what became of W&B: its mode, or ``failed: <why>``)."""
     global _WANDB_DOWN
     mode = wandb_mode(cfg.logger.wandb.mode)
@@ -189,7 +274,8 @@ def _wandb_sink(cfg, run_dir: Path, wandb_id: str | None, group: str | None, tit
         return None, f"failed: {_WANDB_DOWN}"
     try:
         config = OmegaConf.to_container(cfg, resolve=True)
-        return WandbSink(cfg, run_dir, config, wandb_id, cfg.logger.wandb.group or group, title, mode), mode
+        return WandbSink(cfg, run_dir, config, wandb_id, cfg.logger.wandb.group or group, run_name(cfg, group is not None),
+                         mode, job_type="sweep" if group else "run"), mode
     except Exception as e:
         try:
             import wandb
@@ -211,7 +297,7 @@ def build_loggers(cfg, run_dir: Path, title: str, start_round: int = 0, wandb_id
     if lc.jsonl:
         sinks.append(JsonlSink(run_dir))
     sinks.append(ConsoleSink(cfg, run_dir, title, start_round))   # run.log always; the console if logger.console
-    wb, state = _wandb_sink(cfg, run_dir, wandb_id, group, title)
+    wb, state = _wandb_sink(cfg, run_dir, wandb_id, group)
     if wb is not None:
         sinks.append(wb)
     return Loggers(sinks, state, on_wandb_state)

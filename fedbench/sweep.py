@@ -16,6 +16,7 @@ from hydra.experimental.callback import Callback
 
 from . import rundir
 from .console import HEADLINE, clock
+from .loggers import SWEPT, log_sweep_table, swept_keys
 
 SWEEP_FAILED: list[int] = []   # non-empty once a multirun of this process had a failed job (the exit code says so)
 
@@ -36,6 +37,7 @@ class SweepSummary(Callback):
         os.environ["FEDBENCH_LAUNCH"] = f"{os.getpid()}-{time.time_ns()}"   # inherited by the launcher's workers
         n = job_count(config)
         os.environ["FEDBENCH_SWEEP_JOBS"] = str(n or "")
+        os.environ[SWEPT] = ",".join(swept_keys(config))   # the jobs' W&B run names show these (fedbench.loggers)
         print(f"fedbench: sweep {config.hydra.sweep.dir}" + (f": {n} jobs" if n else ""), flush=True)
 
     def on_job_start(self, config, **kwargs) -> None:
@@ -46,7 +48,9 @@ class SweepSummary(Callback):
 
     def on_multirun_end(self, config, **kwargs) -> None:
         sweep = Path(config.hydra.sweep.dir)
-        summarize(sweep, _rows(sweep, os.environ.get("FEDBENCH_LAUNCH")))
+        rows = _rows(sweep, os.environ.get("FEDBENCH_LAUNCH"))
+        summarize(sweep, rows)
+        log_sweep_table(config, sweep, *job_table(sweep, rows))
 
 
 def job_count(config) -> int | None:
@@ -130,22 +134,31 @@ def summarize(sweep: Path, rows: list[dict]) -> bool:
     return True
 
 
-def jobs_table(sweep: Path, rows: list[dict]) -> str:
-    """One row per job: the overrides that differ between the jobs, status, best and final of the headline accuracy
-    (from its summary.json), and its time."""
+def job_table(sweep: Path, rows: list[dict]) -> tuple[list[str], list[list]]:
+    """The columns and one row per job: its number, the overrides that differ between the jobs, status, best and final
+    of the headline accuracy (from its summary.json), and its seconds (None where a job has none)."""
     rows = sorted(rows, key=lambda r: (r.get("job") is None, r.get("job") or 0))
     summaries = [rundir.read_json(Path(r["dir"]) / "summary.json")[0] if r.get("dir") else None for r in rows]
     summaries = [s if isinstance(s, dict) else {} for s in summaries]
     metric = next((k for k in HEADLINE if any(k in s.get("metrics", {}) for s in summaries)), HEADLINE[0])
     given = [r.get("overrides") for r in rows]
     common = set.intersection(*(set(g) for g in given)) if len(rows) > 1 and all(given) else set()
-    table = [["job", "overrides", "status", f"{metric} best", "final", "time"]]
+    data = []
     for r, s, g in zip(rows, summaries, given):
         m = s.get("metrics", {}).get(metric, {})
         shown = " ".join(o for o in g if o not in common) if g else os.path.relpath(r["dir"], sweep)
-        table.append(["?" if r.get("job") is None else str(r["job"] + 1), shown or "-", str(r.get("status")),
-                      f"{m['best']:.4f}" if "best" in m else "-", f"{m['final']:.4f}" if "final" in m else "-",
-                      clock(r["seconds"]) if isinstance(r.get("seconds"), (int, float)) else "-"])
+        data.append([None if r.get("job") is None else r["job"] + 1, shown or "-", str(r.get("status")), m.get("best"),
+                     m.get("final"), r["seconds"] if isinstance(r.get("seconds"), (int, float)) else None])
+    return ["job", "overrides", "status", f"{metric} best", "final", "seconds"], data
+
+
+def jobs_table(sweep: Path, rows: list[dict]) -> str:
+    """The sweep's :func:`job_table` as text."""
+    columns, data = job_table(sweep, rows)
+    table = [[*columns[:-1], "time"]]
+    for job, shown, status, best, final, seconds in data:
+        table.append(["?" if job is None else str(job), shown, status, "-" if best is None else f"{best:.4f}",
+                      "-" if final is None else f"{final:.4f}", "-" if seconds is None else clock(seconds)])
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     done = sum(r.get("status") == "complete" for r in rows)
     lines = [f"fedbench: sweep {sweep}: {done} of {len(rows)} jobs complete"]

@@ -28,7 +28,8 @@ def jsonl(path: Path) -> list[dict]:
 
 def test_three_round_cli_run_with_wandb_offline(tmp_path):
     run_dir = tmp_path / "run"
-    cli("rounds=3", "clients=6", "logger=offline", "logger.console=false", f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    cli("rounds=3", "clients=6", "logger=offline", "logger.console=false", "logger.wandb.tags=[mine]",
+        f"hydra.run.dir={run_dir}", cwd=tmp_path)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "complete"
     assert json.loads((run_dir / "status.json").read_text())["status"] == "complete"
@@ -44,6 +45,9 @@ def test_three_round_cli_run_with_wandb_offline(tmp_path):
     assert any("partition" in k for h in wb["history"] for k in h)     # the partition heatmap as an image
     assert wb["config"]["rounds"] == 3 and wb["config"]["algorithm"]["name"] == "fedavg"
     assert wb["summary"]["pers/acc/best"] == pytest.approx(summary["metrics"]["pers/acc"]["best"])
+    # named by method, dataset, the overrides given that change results (not logger.*, hydra.*), seed; tagged
+    assert wb["name"] == "fedavg digits rounds=3 clients=6 seed=0" and wb["job_type"] == "run"
+    assert wb["tags"] == ["algorithm:fedavg", "dataset:digits", "mine"]
 
 
 def test_compose_api_run_is_reproducible(tmp_path):
@@ -61,13 +65,29 @@ def test_two_by_two_multirun_shares_a_wandb_group(tmp_path):
         f"hydra.sweep.dir={sweep}", cwd=tmp_path)
     runs = sorted(p for p in sweep.iterdir() if (p / "summary.json").exists())
     assert len(runs) == 4
-    seen = set()
+    seen, names = set(), set()
     for r in runs:
         cfg = (r / ".hydra" / "config.yaml").read_text()
         seen.add((cfg.split("algorithm:\n  name: ")[1].split("\n")[0], cfg.split("\nseed: ")[1].split("\n")[0]))
         assert json.loads((r / "status.json").read_text())["status"] == "complete"
-        assert read_run(r)["group"] == sweep.name
+        wb = read_run(r)
+        assert wb["group"] == sweep.name and wb["job_type"] == "sweep"
+        names.add(wb["name"])
     assert seen == {("local", "0"), ("local", "1"), ("fedavg", "0"), ("fedavg", "1")}
+    # what varies between the jobs and the seed; not rounds=2 clients=4 (the same for every job)
+    assert names == {"local digits seed=0", "local digits seed=1", "fedavg digits seed=0", "fedavg digits seed=1"}
+    # the sweep's table of jobs, as a W&B Table in a W&B run of the sweep's own (sweep dir/wandb)
+    own = read_run(sweep)
+    assert own["job_type"] == "sweep-summary" and own["group"] == sweep.name
+    [row] = [h for h in own["history"] if "sweep/jobs/path" in h]
+    table = json.loads((next(sweep.glob("wandb/*run-*/files")) / row["sweep/jobs/path"]).read_text())
+    metric = table["columns"][3].removesuffix(" best")
+    assert table["columns"] == ["job", "overrides", "status", f"{metric} best", "final", "seconds"]
+    summaries = {r.name: json.loads((r / "summary.json").read_text())["metrics"][metric] for r in runs}
+    assert sorted(d[0] for d in table["data"]) == [1, 2, 3, 4] and {d[2] for d in table["data"]} == {"complete"}
+    assert {d[1] for d in table["data"]} == {"algorithm=local seed=0", "algorithm=local seed=1",
+                                             "algorithm=fedavg seed=0", "algorithm=fedavg seed=1"}
+    assert sorted((d[3], d[4]) for d in table["data"]) == sorted((s["best"], s["final"]) for s in summaries.values())
 
 
 def test_help_lists_groups(tmp_path):

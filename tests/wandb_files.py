@@ -47,10 +47,11 @@ def records(path: str | Path):
 
 
 def read_run(run_dir: str | Path) -> dict:
-    """history rows, summary, config, run id and group of the offline run(s) under ``run_dir``."""
+    """history rows, summary, config, run id, group, name, tags and job type of the offline run(s) under ``run_dir``."""
     files = sorted(Path(run_dir).glob("wandb/*run-*/run-*.wandb"))
     assert files, f"no wandb run file under {run_dir}"
-    out = {"history": [], "summary": {}, "config": {}, "ids": set(), "group": None, "files": files}
+    out = {"history": [], "summary": {}, "config": {}, "ids": set(), "group": None, "name": None, "tags": [],
+           "job_type": None, "files": files}
     for f in files:
         for r in records(f):
             kind = r.WhichOneof("record_type")
@@ -64,4 +65,5 @@ def read_run(run_dir: str | Path) -> dict:
                 out["ids"].add(r.run.run_id)
                 out["config"].update({i.key: json.loads(i.value_json) for i in r.run.config.update})
                 out["group"] = r.run.run_group or out["group"]
+                out["name"], out["tags"], out["job_type"] = r.run.display_name, list(r.run.tags), r.run.job_type
     return out
