@@ -355,6 +355,7 @@ def test_report_page_csv_and_wandb_table_from_hand_written_runs(tmp_path):
            "| **holds** | smoke |" in md
     assert "| fedavg − local > 0 |  | 0: +2.00, 1: +3.00, 2: +4.00 | +3.00 ± 0.82 | holds |" in md
     assert "![c (smoke)](toy/c_smoke.png)" in md and (out / "toy" / "c_smoke.png").stat().st_size > 1000
+    assert str(tmp_path) not in md and "hydra.sweep.dir=<runs>/smoke/toy`" in md    # a committed page names no machine path
     [line] = list(csv.DictReader((out / "toy.csv").open()))
     assert (line["claim"], line["verdict"], line["n"], line["bound"]) == ("c", "holds", "3", "> 0")
     assert {int(k): float(v) for k, v in (x.split(":") for x in line["per_seed"].split(";"))} == \

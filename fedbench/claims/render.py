@@ -289,7 +289,21 @@ def _runs_done(results: list[ClaimResult]) -> tuple[int, int]:
     return sum(runs.values()), len(runs)
 
 
+def _shown(text: str, runs_root: Path) -> str:
+    """A committed page names no machine's path: an absolute ``--runs`` directory is shown as ``<runs>``."""
+    if not runs_root.is_absolute():
+        return text
+    return text.replace(str(runs_root.resolve()), "<runs>").replace(str(runs_root), "<runs>")
+
+
 def _provenance(pc: PaperClaims, scale: str, runs_root: Path, commands: dict) -> list[str]:
+    md = _provenance_lines(pc, scale, runs_root, commands)
+    if runs_root.is_absolute():
+        md.insert(-1, "* `<runs>` = the `--runs` directory the runs were made in (default `outputs/claims`).")
+    return [_shown(line, runs_root) for line in md]
+
+
+def _provenance_lines(pc: PaperClaims, scale: str, runs_root: Path, commands: dict) -> list[str]:
     s = pc.scales.get(scale)
     recs = launches(sweep_dir(runs_root, scale, pc.paper))
     md = [f"### {scale} scale", ""]
