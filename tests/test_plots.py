@@ -38,7 +38,7 @@ def _width_px(png) -> int:
 
 
 def test_report_pictures_are_wide_with_integer_round_ticks_and_named_legends(tmp_path):
-    root = _delta_sweep(tmp_path / "sweep")
+    root = _delta_sweep(tmp_path / "sweep", rounds=3)   # 3 rounds: matplotlib's own ticks would be 0, 0.5, ..., 3
     [(rep, pictures)] = report([root], out=tmp_path / "out", wandb="disabled")
     assert sorted(p.name for p in pictures) == ["fedrema_table3_curves_pers_acc.png", "fedrema_table3_vs_delta.png"]
     assert all(_width_px(p) >= 1000 for p in pictures)
