@@ -52,6 +52,11 @@ def test_seconds_and_reduced_round_counts_get_no_delta(tmp_path):
     md = (out / "fedrema_table3.md").read_text()
     assert "| 0.9 | 62.00 | 65.06 | -3.06 | 1 | 7 | n/c | 8.00 | 760.89 | n/c |" in md and notes[0] in md
 
+    from fedbench.report.figures import vs_key_figures
+
+    [(_, fig)] = vs_key_figures(rep)                                # the δ picture flags the CCP panel, not accuracy
+    assert fig.axes[0].get_title() == "" and fig.axes[1].get_title().startswith("not comparable with the paper: counts")
+
     # the paper's rounds (scale 1, rounds not set): the CCP length is compared; seconds never are
     rep = _sweep(tmp_path / "paper", scale=1.0)
     assert rep.diff("0.9", rep.columns[1]) == 1 - 7 and rep.diff("0.9", rep.columns[2]) is None

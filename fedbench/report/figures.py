@@ -157,6 +157,9 @@ def vs_key_figures(rep: Report) -> list:
                 _line(ax, xs, [rep.cells[(r, c.key)] for r in rep.row_keys], [rep.paper(r, c) for r in rep.row_keys],
                       f"C{i % 10}", _col_label(rep, c))
             _axes(ax, xs, key_name(t.rows), name + (" (%)" if any(t.percent(c.metric) for c in cols) else ""))
+            why = next((w for c in cols if rep.has_paper(c) and (w := rep.not_comparable(c))), None)
+            if why:   # the report gives these no Δ (n/c): the picture says so beside the paper's points
+                ax.set_title(f"not comparable with the paper: {why}", fontsize=8)
         fig.suptitle(t.title, fontsize=9)
         figs.append((rep.row_title(), fig))
     return figs
