@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from fedbench.report import (Report, Table, collect, experiment_tables, group_tables, list_tables, main, plot_curves,
@@ -26,17 +25,25 @@ def _csv(path: Path) -> dict:
 
 # ---- end to end: the real CLI ------------------------------------------------------------------------------------
 
-def test_multirun_through_the_cli_into_a_report_with_a_failed_run(tmp_path, cache_dir, capsys):
+def test_multirun_through_the_cli_into_a_report_with_a_failed_run(tmp_path, cache_dir, capsys, monkeypatch):
     """A 2 methods x 2 seeds sweep of the smoke experiment where the seed doubles as the weight decay, so the runs
     with seed 1e9 really diverge (non-finite parameters -> status diverged): each cell holds 1 value of 2 runs and
     says `1 diverged`; a never-started job (its dir removed) is reported as missing in its own cell."""
+    from fedbench import cli
+    from fedbench.sweep import SWEEP_FAILED
+
     sweep = tmp_path / "sweep"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
-    cmd = [sys.executable, "-m", "fedbench.cli", "-m", "+experiment=smoke", "algorithm=local,fedavg",
-           "seed=0,1000000000", "optim.weight_decay=${seed}", "rounds=1", "clients=3", "hardware=cpu",
-           "hardware.threads=1", f"cache_dir={cache_dir}", f"hydra.sweep.dir={sweep}"]
-    p = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-    assert p.returncode in (0, 1), p.stderr[-3000:]           # the sweep runs to its end (1 = some jobs failed)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setattr(sys, "argv", ["fedbench", "-m", "+experiment=smoke", "algorithm=local,fedavg",
+                                      "seed=0,1000000000", "optim.weight_decay=${seed}", "rounds=1", "clients=3",
+                                      "hardware=cpu", "hardware.threads=1", f"cache_dir={cache_dir}",
+                                      f"hydra.sweep.dir={sweep}"])
+    SWEEP_FAILED.clear()
+    with pytest.raises(SystemExit) as e:                       # the console script, in this process
+        cli.main()
+    err = capsys.readouterr().err
+    assert e.value.code == 1, err[-3000:]                       # the sweep ran to its end; some jobs failed
     statuses = sorted(json.loads(f.read_text())["status"] for f in sweep.glob("*/status.json"))
     assert statuses == ["complete"] * 2 + ["diverged"] * 2
 
