@@ -9,6 +9,7 @@ from conftest import make_cfg, run_cfg
 from omegaconf import OmegaConf
 from torch.func import functional_call
 
+from fedbench import seeding
 from fedbench.engine.schedule import make_schedule
 from fedbench.errors import ConfigError
 from fedbench.models import build_model
@@ -272,3 +273,43 @@ def test_support_context_classifies_the_outer_batch_with_the_last_personalizatio
     run.algorithm.round(1, torch.tensor([k]))
     for n, v in expected.items():
         assert torch.allclose(run.algorithm.w[n], v, atol=1e-10, rtol=0), n
+
+
+def test_new_clients_support_context_is_the_latest_finetuning_batch_by_hand(tmp_path):
+    """Paper variant (context=support; Alg. 2 lines 3-8: ζ = g_μ'(D') with D' the batch of the LAST personalization
+    step): a new client's curve point after s steps classifies its test batches with the gates of fine-tuning batch s
+    (before any step: batch 1, the one step 1 will use). Hand-made for the 3 new clients: S = 4 plain-SGD steps on all
+    parameters (the modulator's included), each step's loss with ζ from its own batch. The curves read with the first
+    batch's gates, or with the next step's batch, differ on this data, so such a swap fails."""
+    S, lr, B = 4, 0.5, 8
+    run = _run(tmp_path, "algorithm.context=support", "clients=10", "eval.new_clients.enabled=true",
+               "eval.new_clients.fraction=0.3", f"eval.new_clients.steps={S}", f"eval.new_clients.lr_pfl={lr}",
+               "eval.new_clients.lr_decay_every=100")
+    nc, algo, data = run.new_clients, run.algorithm, run.data
+    algo.w["body.modulator.mlp.2.weight"] *= 20          # a start model whose gates depend strongly on the context
+    curves = nc.curves(algo, 4)
+
+    def accuracy(p, k, s, ctx_batch):
+        test = data.test_idx[k]
+        order = test[seeding.rng(run.cfg.seed, "new_clients_test", 4, s, k).permutation(len(test))]
+        ctx = (data.x[ctx_batch], data.y[ctx_batch])
+        accs = [(algo.forward(p, algo.bn, data.x[data.tensor(order[i:i + B])], ctx).argmax(1)
+                 == data.y[data.tensor(order[i:i + B])]).double().mean().item()
+                for i in range(0, len(order), B) if len(order[i:i + B]) > 1]
+        return sum(accs) / len(accs)
+
+    latest, first, upcoming = [], [], []
+    for m, k in enumerate(nc.ids.tolist()):
+        batches = [data.tensor(b) for b in nc.schedule(4, S)[m]]   # fine-tuning batches 1..S (its train split)
+        p = {n: v.clone() for n, v in algo.w.items()}
+        for s in range(S + 1):
+            latest.append(accuracy(p, k, s, batches[max(s - 1, 0)]))   # after s steps: step s's batch (s = 0: step 1's)
+            first.append(accuracy(p, k, s, batches[0]))
+            upcoming.append(accuracy(p, k, s, batches[min(s, S - 1)]))  # the NEXT step's batch: not the paper's D'
+            if s < S:
+                q = {n: v.clone().requires_grad_(True) for n, v in p.items()}
+                x, y = data.x[batches[s]], data.y[batches[s]]
+                g = torch.autograd.grad(F.cross_entropy(algo.forward(q, algo.bn, x, (x, y)), y), list(q.values()))
+                p = {n: p[n] - lr * gi for n, gi in zip(p, g)}
+    assert latest != first and latest != upcoming        # the rule is visible on this data
+    assert curves.reshape(-1).tolist() == pytest.approx(latest, abs=1e-12)
