@@ -42,6 +42,13 @@ def load(conf_dir: Path) -> dict:
     return data.get("tables") or {}
 
 
+def _stored_costs(conf_dir: Path) -> dict:
+    try:
+        return (yaml.safe_load(runtimes_file(conf_dir).read_text()) or {}).get("per_sample_cpu_seconds") or {}
+    except OSError:
+        return {}
+
+
 def hours(seconds: float) -> str:
     """``40 s``, ``12 min``, ``3.4 h``, ``210 h`` (two significant digits)."""
     if seconds < 90:
@@ -192,7 +199,9 @@ def estimate(entry: dict, scale: str, compose, costs: dict) -> dict | None:
 
 
 def write_estimates(entries: list[dict], conf_dir: Path, data_root: str | None, log=print) -> Path:
-    """Measure every table at both scales and write ``conf/runtimes.yaml`` (the ones whose data is absent are skipped)."""
+    """Measure ``entries`` at both scales and write them into ``conf/runtimes.yaml``; the other tables' stored estimates
+    are kept (``fedbench-tables --estimate fedrema`` re-measures FedReMa's only), and so are those of tables whose data is
+    absent here."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -200,7 +209,7 @@ def write_estimates(entries: list[dict], conf_dir: Path, data_root: str | None, 
     from ..errors import ConfigError
 
     extra = [f"data_root={data_root}"] if data_root else []
-    costs, tables = {}, {}
+    costs, tables = {}, dict(load(conf_dir))
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
         def compose(overrides):
@@ -223,9 +232,9 @@ def write_estimates(entries: list[dict], conf_dir: Path, data_root: str | None, 
               "# local training and evaluation only). cpu = the table's reduced command, paper = the config as it is.\n")
     body = {"machine": f"{platform.machine()}, {platform.processor() or platform.system()}, 1 thread",
             "measured": datetime.date.today().isoformat(),
-            "per_sample_cpu_seconds": {f"{m}@{'x'.join(map(str, s))},{c} classes,B={b}": [float(f"{t:.3g}"), float(f"{v:.3g}")]
-                                       for (m, s, c, b), (t, v) in sorted(costs.items())},
-            "tables": tables}
+            "per_sample_cpu_seconds": {**_stored_costs(conf_dir), **{f"{m}@{'x'.join(map(str, s))},{c} classes,B={b}": [float(f"{t:.3g}"), float(f"{v:.3g}")]
+                                       for (m, s, c, b), (t, v) in sorted(costs.items())}},
+            "tables": dict(sorted(tables.items()))}
     path = runtimes_file(conf_dir)
     path.write_text(header + yaml.safe_dump(body, sort_keys=False, allow_unicode=True, width=120))
     return path
