@@ -213,3 +213,9 @@ def test_experiment_offers_the_real_tables_not_their_parts(capsys):
     assert "setting" not in line.split("one of")[1] and "/arm/" not in line and "column" not in line
     line = refused(capsys, "+experiment=nope")
     assert "fedrema/table3" in line and "setting" not in line.split("one of")[1]
+
+
+def test_no_did_you_mean_when_nothing_is_close(capsys):
+    line = refused(capsys, "algorithm=xyzzy")
+    assert "did you mean" not in line and "algorithm='xyzzy' — one of cafeme, ditto" in line
+    assert "did you mean" not in refused(capsys, "qqqq=1")
