@@ -337,7 +337,7 @@ def test_re_running_a_complete_run_changes_nothing_in_its_dir(tmp_path, done_run
     run_dir = copy_of(done_run, tmp_path)
     before = snapshot(run_dir)   # (a skipped re-run: tests/test_resume.py)
     code, err = fedbench_here(*args, "lr=0.2", f"hydra.run.dir={run_dir}", tmp_path=tmp_path)
-    assert code == 2 and "different config" in one_line(err)
+    assert code == 2 and "different config" in one_line(err) and "resume=True" in err
     assert snapshot(run_dir) == before
     assert sorted(p.name for p in run_dir.iterdir()) == sorted({k.split("/")[0] for k in before})
 
