@@ -66,10 +66,10 @@ def matmul_peak(device: torch.device, n: int = 2048, reps: int = 10, trials: int
     return best
 
 
-def timed(fn, device: torch.device) -> tuple[float, float]:
+def timed(fn, device: torch.device, peak_n: int = 2048) -> tuple[float, float]:
     """(seconds for ``fn()``, the matmul peak measured right before and after it, averaged)."""
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    around = dict(trials=1, warmup=1)
+    around = dict(n=peak_n, trials=1, warmup=1)
     before = matmul_peak(device, **around)
     sync()
     tic = time.perf_counter()
@@ -127,7 +127,8 @@ def measure(spec: dict) -> dict:
     run.evaluator(algo, 0)
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
-    rounds = [timed(lambda: (algo.round(t, clients), run.evaluator(algo, t)), dev) for t in range(1, spec["rounds"] + 1)]
+    rounds = [timed(lambda: (algo.round(t, clients), run.evaluator(algo, t)), dev, spec["peak_n"])
+              for t in range(1, spec["rounds"] + 1)]
     peak = torch.cuda.max_memory_allocated(dev) if dev.type == "cuda" else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     times = [s for s, _ in rounds]
     sizes = [len(run.data.train_idx[k]) for k in range(run.data.num_clients)]
@@ -171,7 +172,7 @@ def clean_loop(run, spec) -> list[tuple[float, float]]:
                 torch.nn.functional.cross_entropy(net(x), data.y.index_select(0, idx)).backward()
                 opt.step()
 
-    return [timed(train_all, run.device) for _ in range(2)]
+    return [timed(train_all, run.device, spec["peak_n"]) for _ in range(2)]
 
 
 def count_calls(args) -> None:
@@ -308,6 +309,8 @@ def main():
                                                   "workload (e.g. dir0.1), no training")
     ap.add_argument("--max-memory", dest="max_memory", default=None,
                     help="hardware.max_memory for the vectorized executor (bytes or a fraction; default: no budget)")
+    ap.add_argument("--peak-size", dest="peak_n", type=int, default=2048,
+                    help="n of the n x n fp32 matmuls that measure the machine's peak (smaller: cheaper, lower peak)")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -319,14 +322,14 @@ def main():
     data = None if args.synthetic else find_data()
     device = torch.device(args.device)
     tf32s = [t == "on" for t in args.tf32.split(",")]
-    peak = matmul_peak(device)
+    peak = matmul_peak(device, n=args.peak_n)
     print(f"device={device}{' ' + torch.cuda.get_device_name(device) if device.type == 'cuda' else ''} "
           f"threads={torch.get_num_threads()} precision={args.precision} channels_last={args.channels_last} "
           f"tf32={args.tf32} data={'CIFAR-10 ' + data if data else 'synthetic'} (uneven workloads: synthetic)")
     print(f"fp32 matmul peak: {peak / 1e9:.1f} GFLOP/s")
     base = {"device": args.device, "rounds": args.rounds, "epochs": args.epochs, "batch_size": args.batch_size,
             "model": args.model, "shape": args.shape, "test_per_class": args.test_per_class, "precision": args.precision,
-            "max_memory": args.max_memory,
+            "max_memory": args.max_memory, "peak_n": args.peak_n,
             "channels_last": args.channels_last, "data": data, "clean": args.clean}
     executors = args.executors.split(",")
     res = []

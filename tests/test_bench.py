@@ -9,7 +9,8 @@ SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "bench.py"
 
 
 def _bench(*args, tmp_path=None) -> str:
-    tiny = ["--model", "mlp", "--shape", "1,8,8", "--test-per-class", "20", "--batch-size", "16"]   # small and fast
+    tiny = ["--model", "mlp", "--shape", "1,8,8", "--test-per-class", "20", "--batch-size", "16",   # small and fast
+            "--peak-size", "256"]
     return subprocess.run([sys.executable, str(SCRIPT), "--synthetic", "--rounds", "1", "--epochs", "1", "--no-clean", *tiny, *args],
                           capture_output=True, text=True, timeout=900, check=True, cwd=tmp_path).stdout
 

@@ -174,6 +174,21 @@ def test_a_fedavg_round_with_augmentation_makes_no_host_sync(tmp_path):
     assert counter.count == 0, dict(counter.calls)
 
 
+def test_ifca_cluster_estimate_reads_nothing_on_the_host_per_batch(tmp_path):
+    """IFCA's cluster estimate (Alg. 2 l. 6: every client's summed mini-batch losses under every cluster model) sums
+    on the device: per client only its id and its index array cross (before issue 21: one ``item`` per mini-batch
+    and cluster, 152 here)."""
+    from fedbench.run import Run
+
+    run = Run(make_cfg("algorithm=ifca", "clients=4"), tmp_path)
+    run.setup()
+    counter = HostSyncCounter()
+    with counter:
+        losses = run.algorithm.cluster_losses(torch.arange(4))
+    assert losses.shape == (4, run.algorithm.J) and run.algorithm.J > 1
+    assert counter.calls["item"] == 0 and counter.count <= 2 * 4, dict(counter.calls)
+
+
 def test_chunks_that_fit_a_memory_budget_give_identical_results():
     """hardware.max_memory: a tiny budget trains one client per call, a budget of 3 probe-measured client-steps three
     per call; both equal the unchunked run."""
