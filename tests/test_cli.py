@@ -128,7 +128,24 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize("args,key,allowed", BAD, ids=[" ".join(a) for a, _, _ in BAD])
+# found by the run's own checks before training (partition, model, data, hardware, algorithm setup), not the pre-check
+AT_SETUP = {"partition.alpha=0", "partition=shards partition.num_shards=30 clients=7", "clients=5000", "model=cnn",
+            "hardware=cuda", "dataset=mnist dataset.root=/nonexistent", "partition=complementary_pairs clients=7",
+            "algorithm=fedcom", "partition=dominant_groups partition.s=1.5", "algorithm=ecl algorithm.num_experts=0"}
+PRECHECKED = [b for b in BAD if " ".join(b[0]) not in AT_SETUP]
+
+
+@pytest.mark.parametrize("args,key,allowed", PRECHECKED, ids=[" ".join(a) for a, _, _ in PRECHECKED])
+def test_bad_config_one_line_from_the_precheck(args, key, allowed, capsys):
+    """In this process, the pre-check that `fedbench` runs before Hydra: one line naming key, value, what is allowed."""
+    line = refused(capsys, *args, "logger=none")
+    assert line.startswith("fedbench: ") and key in line and allowed in line
+
+
+THROUGH_CLI = [b for b in BAD if " ".join(b[0]) in AT_SETUP] + [BAD[0], BAD[5]]   # + a pre-checked run and sweep
+
+
+@pytest.mark.parametrize("args,key,allowed", THROUGH_CLI, ids=[" ".join(a) for a, _, _ in THROUGH_CLI])
 def test_bad_config_one_line_before_training(tmp_path, args, key, allowed):
     run_dir = tmp_path / "run"
     p = cli(*args, "logger=none", f"hydra.run.dir={run_dir}", f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path, check=False)
