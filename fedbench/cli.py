@@ -406,7 +406,8 @@ def main() -> None:
     try:
         _task()
     except SystemExit as e:   # Hydra ended a multirun early: a launcher (submitit) got no result from a job
-        if e.code not in (None, 0) and not SWEEP_FAILED and os.environ.get("FEDBENCH_LAUNCH"):
+        multirun = any(a in ("-m", "--multirun") for a in args)
+        if multirun and e.code not in (None, 0) and not SWEEP_FAILED and os.environ.get("FEDBENCH_LAUNCH"):
             lost_jobs(_given_sweep_dir(sys.argv), os.environ["FEDBENCH_LAUNCH"])
         raise
     if SWEEP_FAILED:   # the sweep's summary line was printed by SweepSummary

@@ -51,6 +51,8 @@ class SweepSummary(Callback):
         rows = _rows(sweep, os.environ.get("FEDBENCH_LAUNCH"))
         summarize(sweep, rows)
         log_sweep_table(config, sweep, *job_table(sweep, rows))
+        for key in ("FEDBENCH_LAUNCH", "FEDBENCH_SWEEP_JOBS", SWEPT):   # a later run of this process is not a job
+            os.environ.pop(key, None)
 
 
 def job_count(config) -> int | None:

@@ -220,3 +220,30 @@ def test_metrics_csv_after_a_resume_has_each_round_once_as_metrics_jsonl(tmp_pat
     assert [float(r["pers/acc"]) for r in rows] == [r["pers/acc"] for r in logged]
     assert float(rows[3]["pers/acc"]) != 0.123 and float(rows[3]["train/loss"]) != 9.0
     assert "fedbench: resumed after round 2" in (run_dir / "run.log").read_text()
+
+
+def test_a_single_run_under_a_stale_sweep_environment_is_not_a_sweep(tmp_path):
+    """A run started with the variables a sweep sets for its jobs still in its environment (a test process or a shell
+    that ran a sweep in-process) is one run: a failure prints its one line, not the sweep's "stopped early" line and
+    table; and an in-process sweep removes those variables when it ends."""
+    stale = {**env(tmp_path), "FEDBENCH_LAUNCH": "1-0", "FEDBENCH_SWEEP_JOBS": "4", "FEDBENCH_SWEPT": "seed"}
+    p = subprocess.run([*CLI, "rounds=1", "clients=3", "lr=1e6", "hardware=cpu", "hardware.threads=1",
+                        f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, env=stale, capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 1
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "diverged in round 1" in lines[0], p.stderr[-2000:]
+    assert "sweep" not in p.stdout.lower()
+
+    from fedbench.sweep import SweepSummary
+
+    from omegaconf import OmegaConf
+    cfg = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path / "sw")}, "sweeper": {}, "overrides": {"task": []},
+                                      "job": {"name": "x"}}, "logger": {"wandb": {"mode": "disabled"}}})
+    (tmp_path / "sw").mkdir()
+    os.environ.update({"FEDBENCH_LAUNCH": "2-0", "FEDBENCH_SWEEP_JOBS": "1", "FEDBENCH_SWEPT": "seed"})
+    try:
+        SweepSummary().on_multirun_end(cfg)
+    finally:
+        left = {k: os.environ.pop(k) for k in ("FEDBENCH_LAUNCH", "FEDBENCH_SWEEP_JOBS", "FEDBENCH_SWEPT") if k in os.environ}
+    assert left == {}
