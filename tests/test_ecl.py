@@ -174,10 +174,11 @@ def test_phase_two_sequential_equals_vectorized_fp64(tmp_path):
 
 def test_resumed_run_equals_uninterrupted(tmp_path):
     """The checkpoint holds the phase-I method's state: resumed from round 1, phase II ends in the same predictors."""
-    args = [*LONGTAIL, *TINY_RESNET, "algorithm=ecl", "rounds=2", "checkpoint.every=1", "algorithm.phase2_epochs=1",
+    args = [*LONGTAIL, *TINY_RESNET, "algorithm=ecl", "rounds=2", "checkpoint.every=1", "checkpoint.keep_complete=1", "algorithm.phase2_epochs=1",
             "hardware.precision=fp64"]
     full = Run(make_cfg(*args), tmp_path)
     full.execute()                              # leaves the round-1 checkpoint
+    assert (tmp_path / "checkpoints" / "round_000001.pt").exists()   # kept (checkpoint.keep_complete=1)
     (tmp_path / "summary.json").unlink()        # as if it had been killed during round 2
     status = json.loads((tmp_path / "status.json").read_text())
     (tmp_path / "status.json").write_text(json.dumps({**status, "status": "running"}))

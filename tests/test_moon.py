@@ -138,9 +138,10 @@ def test_resumed_moon_run_rebuilds_the_projection_head_and_equals_uninterrupted(
 
     from fedbench.run import Run
 
-    args = ["algorithm=moon", "hardware.precision=fp64", "rounds=2", "checkpoint.every=1"]
+    args = ["algorithm=moon", "hardware.precision=fp64", "rounds=2", "checkpoint.every=1", "checkpoint.keep_complete=1"]
     full = Run(make_cfg(*args), tmp_path)
     full.execute()
+    assert (tmp_path / "checkpoints" / "round_000001.pt").exists()   # kept (checkpoint.keep_complete=1)
     (tmp_path / "summary.json").unlink()                  # as if killed during round 2
     status = json.loads((tmp_path / "status.json").read_text())
     (tmp_path / "status.json").write_text(json.dumps({**status, "status": "running"}))

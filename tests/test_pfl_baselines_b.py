@@ -50,9 +50,10 @@ def test_bad_hyperparameters_fail_in_setup(tmp_path, algo, key, value):
 def test_resumed_run_equals_uninterrupted(tmp_path, algo):
     """``state_attrs`` hold the whole method state: a run resumed from its round-1 checkpoint ends where the
     uninterrupted run ended (FedALA's weights/start flags, FedFomo's affinity, pFedLA's hypernetworks, ...)."""
-    args = [f"algorithm={algo}", *FP64, "rounds=2", "checkpoint.every=1"]
+    args = [f"algorithm={algo}", *FP64, "rounds=2", "checkpoint.every=1", "checkpoint.keep_complete=1"]
     full = Run(make_cfg(*args), tmp_path)
     full.execute()                              # leaves the round-1 checkpoint
+    assert (tmp_path / "checkpoints" / "round_000001.pt").exists()   # kept (checkpoint.keep_complete=1)
     (tmp_path / "summary.json").unlink()        # as if it had been killed during round 2
     status = json.loads((tmp_path / "status.json").read_text())
     (tmp_path / "status.json").write_text(json.dumps({**status, "status": "running"}))
