@@ -362,3 +362,21 @@ def test_report_page_csv_and_wandb_table_from_hand_written_runs(tmp_path):
         pytest.approx({0: 2.0, 1: 3.0, 2: 4.0})
     [logged] = [row for row in read_run(out / "toy")["history"] if "claims/toy/_type" in row]
     assert logged["claims/toy/_type"] == "table-file" and logged["claims/toy/nrows"] == 1
+
+
+def test_claim_ids_are_never_cut_in_the_printed_table(tmp_path):
+    """However narrow the terminal (COLUMNS=60 under CI), the printed table keeps each claim id whole."""
+    import io
+
+    from rich.console import Console
+
+    from fedbench.claims.render import print_rich
+
+    pc = load_file(_claims_file(tmp_path, [{**CLAIM, "id": "a_rather_long_claim_identifier"}]))
+    jobs, _ = pc.experiments["grid"]["smoke"].jobs()
+    for i, job in enumerate(jobs):
+        _write_run(tmp_path / "runs" / "smoke" / "toy", job, i, 0.5 + 0.01 * i)
+    res = evaluate_claim(pc, pc.claims[0], RunSet(pc, "smoke", tmp_path / "runs"))
+    buf = io.StringIO()
+    print_rich(pc, [res], Console(width=60, file=buf))
+    assert "a_rather_long_claim_identifier" in buf.getvalue()

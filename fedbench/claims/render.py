@@ -207,8 +207,9 @@ def print_rich(pc: PaperClaims, results: list[ClaimResult], console=None) -> Non
 
     console = console or Console(width=max(120, shutil.get_terminal_size((180, 40)).columns))
     rt = RichTable(title=Text(f"{pc.title}: claims"), show_lines=True)
+    widest_id = max((len(res.claim.id) + 1 for res in results), default=0)   # an id is never cut, at any width
     for h in HEADER:
-        rt.add_column(h, overflow="fold")
+        rt.add_column(h, overflow="fold", min_width=widest_id if h == HEADER[0] else None)
     for res in results:
         cells = [Text(x) for x in line(res)]
         cells[3].stylize(STYLE.get(res.outcome.verdict, ""))
