@@ -392,6 +392,7 @@ def complete_experiment(args: list[str]) -> bool:
 
 def main() -> None:
     args = sys.argv[1:]
+    SWEEP_FAILED.clear()   # a failed job of an earlier sweep run in this process (tests, notebooks) is not this one's
     if any(a in ("--shell-completion", "-sc") for a in args) and complete_experiment(args):
         return
     if not any(a in ("--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc") or a.startswith("--info")

@@ -237,3 +237,17 @@ def test_multirun_through_launchers(tmp_path, launcher):
              f"hydra.sweep.dir={sweep}", tmp_path=tmp_path)
     done = [json.loads(p.read_text())["status"] for p in sweep.glob("*/status.json")]
     assert done == ["complete", "complete"]
+
+
+def test_a_failed_job_of_an_earlier_sweep_in_this_process_does_not_fail_the_next_run(tmp_path):
+    """`fedbench` called again in one process (tests, a notebook) after a sweep with a failed job: the new, good run
+    exits 0 (the sweep's failure mark is per call)."""
+    from fedbench.sweep import SWEEP_FAILED
+
+    SWEEP_FAILED.append(1)
+    try:
+        code, err = fedbench_here("rounds=1", "clients=3", "logger=none", tmp_path=tmp_path)
+    finally:
+        SWEEP_FAILED.clear()
+    assert code == 0, err
+    assert status(tmp_path / "outputs" / "runs" / "clients=3,rounds=1") == "complete"
