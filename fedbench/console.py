@@ -67,7 +67,8 @@ def end_lines(run_dir: Path, summary: dict, rounds: int, wall: float) -> list[st
     for k in HEADLINE:
         s = summary.get("metrics", {}).get(k)
         if s:
-            parts.append(f"{k} best {s['best']:.4f} (round {s['best_round']}), final {s['final']:.4f}")
+            parts.append(f"{k} best {s['best']:.4f} (round {s['best_round']}), last {s['last']:.4f}, "
+                         f"final {s['final']:.4f} (mean of the last evaluations, eval.final_window)")
     return [f"fedbench: {summary.get('status', 'done')}, {rounds} round{'s' * (rounds != 1)} in {clock(wall)}; "
             + ("; ".join(parts) or "no accuracy recorded"),
             f"fedbench: run dir {run_dir}"]

@@ -142,7 +142,8 @@ def test_each_job_has_its_header_rounds_and_end_lines_also_in_its_run_log(sweep)
         assert "seed 0, 1 round, 3 clients" in log[1] and "lr: 1000000.0" not in cfg
         best = summary["metrics"]["pers/acc"]
         assert log[-2].startswith("fedbench: complete, 1 round in ")
-        assert f"pers/acc best {best['best']:.4f} (round {best['best_round']}), final {best['final']:.4f}" in log[-2]
+        assert (f"pers/acc best {best['best']:.4f} (round {best['best_round']}), last {best['last']:.4f}, "
+                f"final {best['final']:.4f} (mean of the last evaluations, eval.final_window)") in log[-2]
         assert [ln.split()[1] for ln in log if ln.startswith("round ")] == ["0/1", "1/1"]
         i = out.index(log[0])
         assert out[i:i + len(log)] == log   # the same lines on stdout, in one block
