@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch.func import functional_call
 
-from ..config import boolean, int_at_least, number, one_of
+from ..checks import boolean, int_at_least, number, one_of
 from ..engine.functional import _sub, cross_entropy
 from ..engine.masking import is_pad_aware, pad_aware
 from ..engine.stack import Stack, broadcast, rows, set_rows

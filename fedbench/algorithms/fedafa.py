@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import seeding
-from ..config import boolean, int_at_least, number
+from ..checks import boolean, int_at_least, number
 from ..engine.executor import SequentialExecutor
 from ..engine.stack import broadcast
 from ..errors import ConfigError

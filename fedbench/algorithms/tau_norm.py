@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..config import number, one_of
+from ..checks import number, one_of
 from ..engine.stack import broadcast
 from ..errors import ConfigError
 from ..evaluation import confusion_counts
