@@ -8,7 +8,7 @@ The layers, bottom to top (a module may import its own layer and the layers belo
   engine       the local-training loop, optimizers, stacked models (engine/functional.py runs the models)
   shared       context (what an algorithm may use of its run), losses, prototypes, metrics, forgetting (FedKA's
                class groups and forgetting degree: FedKA trains with them, the forgetting monitor measures them)
-  algo-base    algorithms/base.py, the Algorithm interface
+  algo-base    algorithms/base.py, the Algorithm interface, and algorithms/local.py (LocalSpec), which it uses
   algorithms   the registry and the methods (oneshot.py below ecl/lws/tau_norm/fedafa only by convention)
   monitors     evaluation, similarity, newclients, console, loggers: they run algorithms and report on them
   config       the run config's checks and the registry checks (imports the registries)
@@ -33,7 +33,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [   # bottom to top; names under fed
     ("blocks", ("data", "models")),
     ("engine", ("engine",)),
     ("shared", ("context", "losses", "prototypes", "metrics", "forgetting")),
-    ("algo-base", ("algorithms.base",)),
+    ("algo-base", ("algorithms.base", "algorithms.local")),
     ("algorithms", ("algorithms",)),
     ("monitors", ("evaluation", "similarity", "newclients", "console", "loggers")),
     ("config", ("config",)),
