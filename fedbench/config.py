@@ -7,67 +7,12 @@ The README's "Config checks" table lists them all.
 """
 from __future__ import annotations
 
-import math
 import re
 
 from omegaconf import OmegaConf
 
+from .checks import boolean, device, int_at_least, is_int, list_of, number, one_of, text
 from .errors import ConfigError
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_num(v) -> bool:
-    return (isinstance(v, (int, float)) and not isinstance(v, bool)) and math.isfinite(v)
-
-
-def int_at_least(lo: int):
-    return lambda v: _is_int(v) and v >= lo, f"an integer >= {lo}"
-
-
-def number(lo=None, hi=None, lo_open=False, hi_open=False, optional=False):
-    def ok(v):
-        if v is None:
-            return optional
-        if not _is_num(v):
-            return False
-        if lo is not None and (v <= lo if lo_open else v < lo):
-            return False
-        if hi is not None and (v >= hi if hi_open else v > hi):
-            return False
-        return True
-
-    lb = "(" if lo_open else "["
-    rb = ")" if hi_open else "]"
-    rng = f"{lb}{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}{rb}"
-    return ok, f"a number in {rng}" + (" or null" if optional else "")
-
-
-def one_of(*choices):
-    return lambda v: v in choices, "one of " + ", ".join(map(str, choices))
-
-
-def boolean():
-    return lambda v: isinstance(v, bool), "true or false"
-
-
-def device():
-    return lambda v: isinstance(v, str) and re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", v) is not None, "auto, cpu, cuda or cuda:<index>"
-
-
-def text(optional=False):
-    return (lambda v: (v is None and optional) or (isinstance(v, str) and v != ""),
-            "a non-empty string" + (" or null" if optional else ""))
-
-
-def list_of(ok_item, allowed: str, length: int | None = None):
-    from omegaconf import ListConfig
-
-    return (lambda v: isinstance(v, (list, ListConfig)) and (length is None or len(v) == length) and all(ok_item(x) for x in v),
-            allowed)
-
 
 F32_MAX = 3.4e38   # a larger learning rate is inf in float32: the first step would wipe the model
 
@@ -90,7 +35,7 @@ CHECKS: dict[str, tuple] = {
     "optim.nesterov": boolean(),
     "optim.clip_grad_norm": number(0, None, lo_open=True, optional=True),
     "optim.persistent_state": boolean(),
-    "optim.lr_decay_round": (lambda v: v is None or (_is_int(v) and v >= 0), "null or a round >= 0"),
+    "optim.lr_decay_round": (lambda v: v is None or (is_int(v) and v >= 0), "null or a round >= 0"),
     "optim.lr_decay_to": number(0, F32_MAX, lo_open=True, optional=True),
     "eval.final_window": int_at_least(1),
     "eval.personalized": boolean(),
@@ -107,7 +52,8 @@ CHECKS: dict[str, tuple] = {
     "eval.similarity.probe_scale": number(0, None, lo_open=True),
     "eval.similarity.symmetric_temperature": boolean(),
     "eval.similarity.ignore_self_gap": boolean(),
-    "eval.similarity.save_rounds": list_of(lambda x: _is_int(x) and x >= 1, "a list of rounds >= 1, e.g. [1, 50, 100, 150]"),
+    "eval.similarity.save_rounds": list_of(lambda x: is_int(x) and x >= 1,
+                                           "a list of rounds >= 1, e.g. [1, 50, 100, 150]"),
     "eval.new_clients.enabled": boolean(),   # its other keys: fedbench.newclients.CHECKS
     "eval.new_clients.lr_pfl": number(0, None, lo_open=True),
     "divergence.factor": number(1, None, lo_open=True, optional=True),
@@ -121,7 +67,7 @@ CHECKS: dict[str, tuple] = {
     "dataset.num_classes": int_at_least(2),
     "dataset.train_per_class": int_at_least(1),
     "dataset.test_per_class": int_at_least(1),
-    "dataset.shape": list_of(lambda x: _is_int(x) and x >= 1, "a list [C, H, W] of 3 integers >= 1", length=3),
+    "dataset.shape": list_of(lambda x: is_int(x) and x >= 1, "a list [C, H, W] of 3 integers >= 1", length=3),
     "dataset.noise": number(0, None),
     "dataset.cache": boolean(),
     "dataset.download": boolean(),
@@ -136,9 +82,9 @@ CHECKS: dict[str, tuple] = {
     "hardware.device": device(),
     "hardware.executor": one_of("auto", "sequential", "vectorized"),
     "hardware.precision": one_of("fp32", "bf16", "fp64"),
-    "hardware.threads": (lambda v: v is None or (_is_int(v) and v >= 1), "null or an integer >= 1"),
+    "hardware.threads": (lambda v: v is None or (is_int(v) and v >= 1), "null or an integer >= 1"),
     "hardware.deterministic": boolean(),
-    "hardware.workers": (lambda v: v == "auto" or (_is_int(v) and v >= 1), "auto or an integer >= 1"),
+    "hardware.workers": (lambda v: v == "auto" or (is_int(v) and v >= 1), "auto or an integer >= 1"),
     "hardware.channels_last": boolean(),
     "hardware.tf32": boolean(),
     "hardware.max_memory": number(0, None, lo_open=True, optional=True),   # bytes, or a fraction (<= 1) of the device's
@@ -181,6 +127,9 @@ def validate(cfg) -> None:
         raise ConfigError("optim.lr_decay_to", None, "a learning rate > 0 when optim.lr_decay_round is set")
     if cfg.optim.nesterov and cfg.optim.momentum <= 0:
         raise ConfigError("optim.nesterov", True, "needs optim.momentum > 0")
+    # imported here, not at the top: every entry point imports this module (fedbench/__init__.py), and these load
+    # torch and every algorithm, dataset and model (seconds) that e.g. `fedbench report` never needs. (Not to hide a
+    # cycle: nothing they import imports this module, tests/test_layers.py.)
     from .newclients import CHECKS as NEW_CLIENTS
 
     for key, (ok, allowed) in NEW_CLIENTS.items():

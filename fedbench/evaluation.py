@@ -1,19 +1,15 @@
 """Evaluation: personalized accuracy (each client's model on its own test split) and global-model
-accuracy (on the global test set), with per-client and per-class detail; best/final summaries."""
+accuracy (on the global test set), with per-client and per-class detail; best/final summaries.
+
+The same for every method: an algorithm's own predictors and metrics come in through its hooks
+(:meth:`Algorithm.client_logits`, :meth:`Algorithm.class_acc_metrics`), the metrics from fedbench/metrics.py."""
 from __future__ import annotations
 
 import numpy as np
 import torch
 
 from .algorithms.base import Algorithm
-
-
-def confusion_counts(logits: torch.Tensor, y: torch.Tensor, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
-    """(correct per class, total per class)."""
-    pred = logits.argmax(-1)
-    total = torch.bincount(y, minlength=num_classes)
-    correct = torch.bincount(y[pred == y], minlength=num_classes)
-    return correct.cpu().numpy(), total.cpu().numpy()
+from .metrics import confusion_counts, designated_class_accuracy, present_class_accuracy
 
 
 class Evaluator:
@@ -27,21 +23,11 @@ class Evaluator:
         data = self.data
         clients = torch.arange(data.num_clients)
         test_idx = [data.test_idx[k] for k in range(data.num_clients)]
-        if getattr(algo, "client_logits", None) is not None:
-            # optional hook for predictors that are not one plain model per client (FedProto's nearest
-            # prototype, FedRoD's generic + personal heads): client_logits(clients, idx, t) -> list of logits
-            outputs = algo.client_logits(clients, test_idx, t)
-        elif type(algo).client_models is Algorithm.client_models and not self.run.fm.eval_uses_batch_stats:
-            # every client's model is the global model (FedAvg & co.): one pass over the distinct test samples
-            g = algo.global_model()
-            if g is None:
+        outputs = algo.client_logits(clients, test_idx, t)   # None: one plain model per client
+        if outputs is None:
+            outputs = self.client_model_logits(algo, clients, test_idx, t)
+            if outputs is None:
                 return {}
-            outputs = self.shared_model_logits(g, test_idx)
-        else:
-            models = algo.client_models(clients, t)
-            if models is None:
-                return {}
-            outputs = self.run.predict(*models, test_idx)
         C = data.num_classes
         correct = np.zeros((data.num_clients, C), dtype=np.int64)
         total = np.zeros((data.num_clients, C), dtype=np.int64)
@@ -51,27 +37,28 @@ class Evaluator:
         n = total.sum(1)
         acc = np.divide(correct.sum(1), n, out=np.zeros(len(n)), where=n > 0)
         has = n > 0
-        # ECL's metric (ECL leaves it open; our choice: FedAFA's, code pxqian/FedAFA): per-class accuracy
-        # averaged over the classes the client trains on
-        present = (data.counts > 0) & (total > 0)
         cls_acc = np.divide(correct, total, out=np.zeros_like(correct, dtype=float), where=total > 0)
-        present_acc = np.array([cls_acc[k, present[k]].mean() if present[k].any() else np.nan for k in range(len(n))])
+        present_acc = present_class_accuracy(cls_acc, data.counts, total)
         self.last["pers_client_acc"] = acc.tolist()
         self.last["pers_class_acc"] = np.divide(correct.sum(0), total.sum(0), out=np.zeros(C), where=total.sum(0) > 0).tolist()
         self.last["pers_client_class_acc"] = cls_acc.tolist()
         out = {"pers/acc": float(correct.sum() / max(1, n.sum())),
                "pers/acc_mean": float(acc[has].mean()), "pers/acc_std": float(acc[has].std()),
                "pers/acc_present_classes": float(np.nanmean(present_acc))}
-        hook = getattr(algo, "class_acc_metrics", None)   # a method's per-class diagnostics (ECL: head/tail per component)
-        if hook is not None:
-            out.update(hook(np.where(total > 0, cls_acc, np.nan)))
-        info = data.info
-        if "majority_class" in info and "minority_class" in info:   # FedCOM §4.2: minority-class gains
-            for part in ("majority", "minority"):
-                a = cls_acc[np.arange(len(n)), np.asarray(info[f"{part}_class"])]
-                self.last[f"pers_client_{part}_acc"] = a.tolist()
-                out[f"pers/{part}_acc"] = float(a.mean())
+        out.update(algo.class_acc_metrics(np.where(total > 0, cls_acc, np.nan)))   # the method's own
+        for part, a in designated_class_accuracy(cls_acc, data.info).items():
+            self.last[f"pers_client_{part}_acc"] = a.tolist()
+            out[f"pers/{part}_acc"] = float(a.mean())
         return out
+
+    def client_model_logits(self, algo, clients, test_idx: list[np.ndarray], t: int) -> list[torch.Tensor] | None:
+        """Each client's model (:meth:`Algorithm.client_models`) on its test samples; None if there are no models."""
+        if type(algo).client_models is Algorithm.client_models and not self.run.fm.eval_uses_batch_stats:
+            # every client's model is the global model (FedAvg & co.): one pass over the distinct test samples
+            g = algo.global_model()
+            return None if g is None else self.shared_model_logits(g, test_idx)
+        models = algo.client_models(clients, t)
+        return None if models is None else self.run.predict(*models, test_idx)
 
     def shared_model_logits(self, model, idx: list[np.ndarray]) -> list[torch.Tensor]:
         """One model's logits on several clients' (possibly overlapping) test sets, each sample predicted once."""

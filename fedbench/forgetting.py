@@ -170,7 +170,7 @@ class ForgettingMonitor:
 
     def class_accuracy(self, params, buffers) -> np.ndarray:
         """[M, C] per-class accuracy of M stacked models on the global test set."""
-        from .evaluation import confusion_counts   # (evaluation imports the algorithms, which import this module)
+        from .metrics import confusion_counts
 
         data = self.run.data
         idx = data.global_test_idx

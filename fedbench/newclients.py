@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 
 from . import seeding
-from .config import int_at_least, number
+from .checks import int_at_least, number
 from .engine.optim import OptimSpec
 from .engine.schedule import client_batches
 from .engine.stack import row

@@ -14,7 +14,7 @@ import torch
 from omegaconf import OmegaConf
 
 from .algorithms.fedrema import mds, round_probes, soft_logit_similarity
-from .config import boolean, int_at_least, number
+from .checks import boolean, int_at_least, number
 from .errors import ConfigError
 from .rundir import written
 

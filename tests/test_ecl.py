@@ -9,8 +9,9 @@ import torch
 import torch.nn.functional as F
 from conftest import make_cfg
 
-from fedbench.algorithms.ecl import (ECL, class_set_accuracy, classifier_names, combine_logits, expert_groups,
-                                     expert_of_class, head_tail_accuracy, logit_scales, mixing_weights)
+from fedbench.algorithms.ecl import ECL, expert_of_class, logit_scales, mixing_weights
+from fedbench.algorithms.oneshot import (class_set_accuracy, classifier_names, combine_logits, expert_groups,
+                                         head_tail_accuracy)
 from fedbench.algorithms.fedprox import FedProx
 from fedbench.engine.stack import broadcast, rows
 from fedbench.errors import ConfigError

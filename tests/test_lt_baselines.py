@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from conftest import make_cfg
 
 from fedbench import seeding
-from fedbench.algorithms.ecl import run_children, upper_logits
+from fedbench.algorithms.oneshot import run_children, upper_logits
 from fedbench.algorithms.tau_norm import select_tau, tau_normalize
 from fedbench.errors import ConfigError
 from fedbench.run import Run

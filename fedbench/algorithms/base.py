@@ -173,3 +173,15 @@ class Algorithm:
         if v == "<missing>" or not ok(v):
             raise ConfigError(f"algorithm.{key}", v, allowed)
         return v
+
+    # ---- evaluation hooks (fedbench/evaluation.py) ----------------------------------------------
+    def client_logits(self, clients: torch.Tensor, idx: list[np.ndarray], t: int) -> list[torch.Tensor] | None:
+        """Logits of each client's predictor on its samples ``idx[i]``, for predictors that are not one plain model
+        per client (FedProto's nearest prototype, FedRoD's generic + personal heads, ECL's mixture of experts).
+        None (the default): the evaluator predicts with :meth:`client_models`."""
+        return None
+
+    def class_acc_metrics(self, class_acc: np.ndarray) -> dict:
+        """The method's own evaluation metrics, from the [K, C] per-class test accuracies of its personalized
+        predictors (NaN = no test sample); logged after the evaluator's ``pers/...`` metrics. Default: none."""
+        return {}

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch.func import functional_call, grad
 
 from .. import seeding
-from ..config import boolean, int_at_least, number, one_of
+from ..checks import boolean, int_at_least, number, one_of
 from ..engine.optim import OptimSpec
 from ..engine.schedule import client_batches
 from ..engine.stack import broadcast, weighted_mean

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from ..config import int_at_least, number, one_of
+from ..checks import int_at_least, number, one_of
 from ..engine.executor import LocalResult
 from ..engine.masking import pad_aware
 from ..engine.optim import OptimSpec

@@ -8,12 +8,12 @@ import torch
 import torch.nn.functional as F
 
 from .. import seeding
-from ..config import boolean, int_at_least, number
+from ..checks import boolean, int_at_least, number
 from ..engine.executor import SequentialExecutor
 from ..engine.stack import broadcast
 from ..errors import ConfigError
 from . import register
-from .ecl import OneShotPersonalization, body_index, class_balanced_weights, run_children, upper_logits
+from .oneshot import OneShotPersonalization, body_index, class_balanced_weights, run_children, upper_logits
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import seeding
-from ..config import int_at_least, number
+from ..checks import int_at_least, number
 from ..engine.masking import pad_aware
 from ..engine.stack import Stack, broadcast, rows, select, set_rows, tagged, untagged
 from ..errors import ConfigError

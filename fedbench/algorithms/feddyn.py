@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..config import boolean, number
+from ..checks import boolean, number
 from ..engine.masking import pad_aware
 from ..engine.stack import Stack, broadcast, rows, set_rows, tagged, untagged, weighted_mean
 from ..losses import proximal

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import seeding
-from ..config import int_at_least, number, one_of
+from ..checks import int_at_least, number, one_of
 from ..engine.stack import Stack, broadcast, rows, set_rows, weighted_mean
 from . import register
 from .base import Algorithm

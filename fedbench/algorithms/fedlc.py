@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..config import number
+from ..checks import number
 from ..engine.masking import pad_aware
 from . import register
 from .fedavg import FedAvg

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch.nn.functional as F
 
-from ..config import boolean, number
+from ..checks import boolean, number
 from ..engine.masking import pad_aware
 from ..losses import kd_kl, not_true_logits, reference_forward
 from . import register

@@ -32,7 +32,7 @@ from scipy.optimize import minimize
 from threadpoolctl import threadpool_limits
 from torch.func import functional_call
 
-from ..config import int_at_least, number, one_of
+from ..checks import int_at_least, number, one_of
 from ..engine.masking import pad_aware
 from ..engine.stack import broadcast, mix, rows, select, set_rows, weighted_mean
 from ..errors import ConfigError

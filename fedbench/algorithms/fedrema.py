@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch.func import vmap
 
 from .. import seeding
-from ..config import boolean, int_at_least, number, one_of
+from ..checks import boolean, int_at_least, number, one_of
 from ..engine.executor import LocalResult
 from ..engine.functional import cross_entropy
 from ..engine.masking import pad_aware

@@ -3,7 +3,7 @@
 CAFeMe code's variant (steps, Adam, all parameters averaged)."""
 from __future__ import annotations
 
-from ..config import boolean, int_at_least, number, one_of
+from ..checks import boolean, int_at_least, number, one_of
 from ..engine.schedule import make_schedule
 from ..engine.stack import broadcast, rows, select, set_rows
 from ..errors import ConfigError

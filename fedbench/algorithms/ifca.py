@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import seeding
-from ..config import int_at_least
+from ..checks import int_at_least
 from ..engine.stack import mix, rows
 from . import register
 from .base import Algorithm

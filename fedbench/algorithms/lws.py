@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from ..engine.masking import pad_aware
 from ..engine.stack import Stack, broadcast
 from . import register
-from .ecl import OneShotPersonalization, class_balanced_weights, classifier_names
+from .oneshot import OneShotPersonalization, class_balanced_weights, classifier_names
 
 SCALE = "lws.scale"   # the extra trainable tensor f [C] carried in the parameter stack during phase II
 

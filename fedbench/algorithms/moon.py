@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from torch.func import functional_call
 
 from .. import seeding
-from ..config import int_at_least, number
+from ..checks import int_at_least, number
 from ..engine.functional import FModel
 from ..engine.masking import batch_mean, pad_aware
 from ..engine.stack import broadcast, rows, set_rows, tagged, untagged

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch.func import grad, grad_and_value
 
-from ..config import int_at_least, number, one_of
+from ..checks import int_at_least, number, one_of
 from ..engine.masking import pad_aware
 from ..engine.optim import OptimSpec
 from ..engine.stack import broadcast

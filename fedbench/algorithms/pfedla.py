@@ -30,7 +30,7 @@ import torch
 from torch.func import grad, vmap
 
 from .. import seeding
-from ..config import int_at_least, number, one_of
+from ..checks import int_at_least, number, one_of
 from ..engine.stack import Stack, broadcast, rows, set_rows
 from . import register
 from .base import Algorithm

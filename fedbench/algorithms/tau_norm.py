@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..config import number, one_of
+from ..checks import number, one_of
 from ..engine.stack import broadcast
 from ..errors import ConfigError
-from ..evaluation import confusion_counts
+from ..metrics import confusion_counts
 from . import register
-from .ecl import OneShotPersonalization, classifier_names, run_children
+from .oneshot import OneShotPersonalization, classifier_names, run_children
 
 
 def tau_normalize(weight: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:

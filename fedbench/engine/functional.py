@@ -12,7 +12,8 @@ from ..models import SplitNet
 from .masking import model_pads_ok, pad_aware
 
 
-def _sub(d: dict, prefix: str) -> dict:
+def sub_state(d: dict, prefix: str) -> dict:
+    """The entries of a params/buffers dict under ``prefix`` (``"body."``), named as the child module names them."""
     n = len(prefix)
     return {k[n:]: v for k, v in d.items() if k.startswith(prefix)}
 
@@ -54,11 +55,11 @@ class FModel:
 
     def features(self, params, buffers, x):
         """Body output (the feature h fed to the head)."""
-        return functional_call(self.net.body, (_sub(params, "body."), _sub(buffers, "body.")), (x,))
+        return functional_call(self.net.body, (sub_state(params, "body."), sub_state(buffers, "body.")), (x,))
 
     def head(self, params, buffers, h):
         """Head applied to features ``h``."""
-        return functional_call(self.net.head, (_sub(params, "head."), _sub(buffers, "head.")), (h,))
+        return functional_call(self.net.head, (sub_state(params, "head."), sub_state(buffers, "head.")), (h,))
 
     def init_state(self, dtype=torch.float32, device="cpu"):
         """Copies of the net's initial parameters and buffers (as one client's model)."""
