@@ -157,7 +157,7 @@ class Run:
         self.augment = build_augment(cfg.dataset)   # training-time augmentation (dataset.augment), or None
         # all an algorithm may use of the run (fedbench/context.py); fm and the initial model are read through it
         self.ctx = Context(cfg, self.data, fm, self.executor, fm.init_state(self.dtype, self.device), self.augment,
-                           self.run_dir, publish=lambda *a: self.image(*a), say=self.say,
+                           self.run_dir, publish=self.image, say=self.say,
                            observers=[lambda t, ids, res, phase: self.check_finite(t, ids, res)])
         self.algorithm = ALGORITHMS[cfg.algorithm.name](self.ctx)
         self.algorithm.setup()
@@ -188,7 +188,10 @@ class Run:
         from .console import ConsoleSink
 
         sink = next((s for s in getattr(self.loggers, "sinks", []) if isinstance(s, ConsoleSink)), None)
-        sink.note(line) if sink is not None else print(line, file=sys.stderr, flush=True)
+        if sink is not None:
+            sink.note(line)
+        else:
+            print(line, file=sys.stderr, flush=True)
 
     def sample_clients(self, t: int) -> torch.Tensor:
         """The round's participants: a fraction ``participation`` of the K clients, uniformly without replacement
