@@ -10,7 +10,7 @@ dominant (n_i^k/n_i ≥ γ), non-dominant (0 < n_i^k/n_i < γ) and missing (n_i^
 
 Switched on by ``eval.forgetting.enabled`` (conf/config.yaml); the run loop calls
 :meth:`ForgettingMonitor.before_round` / :meth:`after_round`. The local models are the last
-``purpose="train"`` result of ``Algorithm.local_train`` in the round.
+phase-"train" result of ``Algorithm.local_train`` in the round (heard as an observer of the run's context).
 """
 from __future__ import annotations
 
@@ -134,6 +134,13 @@ class ForgettingMonitor:
         self.rounds = int(run.cfg.rounds)
         self.dir = run.run_dir / "diagnostics" / "forgetting"
         self.global_start = None
+        self.keep, self.local = False, None   # local: (t, client ids, LocalResult) of the round's local models
+        run.ctx.observers.append(self.observe)
+
+    def observe(self, t: int, clients: list[int], res, phase: str) -> None:
+        """After every ``local_train`` call: keep the round's last phase-"train" result while asked to."""
+        if self.keep and phase == "train":
+            self.local = (t, clients, res)
 
     def write_trace(self, schedule, t: int, draw: bool) -> None:
         """``trace.csv`` (round, client, class, samples, τ) of the scheduled cells over the rounds computed so far,
@@ -162,11 +169,10 @@ class ForgettingMonitor:
         return t % self.every == 0 or t == self.rounds
 
     def before_round(self, algo, t: int) -> None:
-        """Snapshot θ_g^r (the round-start global model) and ask the algorithm to keep its local models."""
+        """Snapshot θ_g^r (the round-start global model) and keep the round's local models (:meth:`observe`)."""
         g = algo.global_model() if self.due(t) else None
         self.global_start = None if g is None else (clone(g[0]), clone(g[1]))
-        algo.keep_local = self.global_start is not None
-        algo.last_local = None
+        self.keep, self.local = self.global_start is not None, None
 
     def class_accuracy(self, params, buffers) -> np.ndarray:
         """[M, C] per-class accuracy of M stacked models on the global test set."""
@@ -182,7 +188,7 @@ class ForgettingMonitor:
         return np.stack(out)
 
     def after_round(self, algo, t: int) -> dict:
-        local, algo.keep_local, algo.last_local = algo.last_local, False, None
+        local, self.keep, self.local = self.local, False, None
         if self.global_start is None or local is None:
             return {}
         _, clients, res = local

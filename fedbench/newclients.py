@@ -122,7 +122,10 @@ class NewClients:
             return F.cross_entropy(algo.new_client_forward(p, b, x, (x, y)), y)
 
         from .algorithms.base import Algorithm   # padded batches are fine unless the forward reads the batch (CAFeMe)
+        from .algorithms.local import LocalInputs, LocalSpec
+
         finetune_loss.pad_aware = type(algo).new_client_forward is Algorithm.new_client_forward
+        spec = LocalSpec("new_clients", loss=finetune_loss)   # one SGD step per batch, lr decayed every few steps
 
         curves = []   # per step, [n] accuracies on the device: read once at the end
         for s in range(S + 1):
@@ -130,8 +133,8 @@ class NewClients:
             curves.append(self.accuracy(algo, P, Bf, support, t, s))
             if s < S:
                 opt = OptimSpec(name="sgd", lr=lr * float(self.cfg.lr_decay) ** (s // int(self.cfg.lr_decay_every)))
-                res = algo.local_train(t, clients, P, Bf, loss=finetune_loss, opt=opt, purpose="new_clients",
-                                       persistent_state=False, schedule=[[batches[m][s]] for m in range(n)])
+                res = algo.local_train(t, clients, (P, Bf), spec.replace(opt=opt),
+                                       LocalInputs(schedule=[[batches[m][s]] for m in range(n)]))
                 P, Bf = res.params, res.buffers
         self.final_models = (P, Bf)
         return torch.stack(curves, dim=1).cpu().numpy()

@@ -23,6 +23,7 @@ from . import rundir, seeding
 from .algorithms import ALGORITHMS
 from .config import validate
 from .console import header_lines
+from .context import Context
 from .data.datasets import load_dataset
 from .data.federated import FederatedData
 from .data.partitions import make_partition
@@ -152,10 +153,13 @@ class Run:
                                       workers=hw.get("workers", 1), max_memory=hw.get("max_memory"))
         if self.executor.channels_last:   # the sequential executor on the CPU only (never under vmap)
             net = net.to(memory_format=torch.channels_last)
-        self.fm = FModel(net)
-        self.initial_params, self.initial_buffers = self.fm.init_state(self.dtype, self.device)
+        fm = FModel(net)
         self.augment = build_augment(cfg.dataset)   # training-time augmentation (dataset.augment), or None
-        self.algorithm = ALGORITHMS[cfg.algorithm.name](self)
+        # all an algorithm may use of the run (fedbench/context.py); fm and the initial model are read through it
+        self.ctx = Context(cfg, self.data, fm, self.executor, fm.init_state(self.dtype, self.device), self.augment,
+                           self.run_dir, publish=self.image, say=self.say,
+                           observers=[lambda t, ids, res, phase: self.check_finite(t, ids, res)])
+        self.algorithm = ALGORITHMS[cfg.algorithm.name](self.ctx)
         self.algorithm.setup()
         self.evaluator = Evaluator(self)
         # class-wise forgetting degree (FedKA Eq. 1) of the round's local models, for any method; off by default
@@ -172,8 +176,22 @@ class Run:
                                          cmap="Blues")
 
     # ---- services for algorithms ---------------------------------------------------------------------
+    fm = property(lambda self: self.ctx.fm)
+    initial_params = property(lambda self: self.ctx.initial[0])
+    initial_buffers = property(lambda self: self.ctx.initial[1])
+
     def predict(self, params, buffers, idx: list[np.ndarray]) -> list[torch.Tensor]:
-        return self.executor.predict(self.fm, params, buffers, self.data.x, [self.data.tensor(i) for i in idx])
+        return self.ctx.predict(params, buffers, idx)
+
+    def say(self, line: str) -> None:
+        """One line for the console and run.log (the loggers' console sink), or stderr before the loggers exist."""
+        from .console import ConsoleSink
+
+        sink = next((s for s in getattr(self.loggers, "sinks", []) if isinstance(s, ConsoleSink)), None)
+        if sink is not None:
+            sink.note(line)
+        else:
+            print(line, file=sys.stderr, flush=True)
 
     def sample_clients(self, t: int) -> torch.Tensor:
         """The round's participants: a fraction ``participation`` of the K clients, uniformly without replacement
@@ -370,7 +388,6 @@ class Run:
             metrics.update(self.similarity.after_round(self.algorithm, t))
         if self.forgetting:   # τ of each trained local model vs θ_g^r (not counted in time/round)
             metrics.update(self.forgetting.after_round(self.algorithm, t))
-        self.algorithm.keep_local, self.algorithm.last_local = False, None   # the round's local models are not needed
         if t % int(cfg.eval_every) == 0 or t == int(cfg.rounds):
             tic = time.perf_counter()
             metrics.update(self.evaluator(self.algorithm, t))

@@ -3,7 +3,7 @@ round's trained local heads (Eq. 5), the MDS relevant sets A_k and gaps Δs*_k (
 The paper's Figure 3 shows S^(t) while training FedAvg at t = 1, 50, 100, 150 (conf/experiment/fedrema/figure3.yaml).
 
 Switched on by ``eval.similarity.enabled`` (conf/config.yaml); the run loop calls :meth:`SimilarityMonitor.before_round`
-/ :meth:`after_round`. The local models are the last ``purpose="train"`` result of ``Algorithm.local_train`` in the round
+/ :meth:`after_round`. The local models are the last phase-"train" result of ``Algorithm.local_train`` in the round
 (as for fedbench/forgetting.py). S, MDS and the probes are FedReMa's own functions (fedbench/algorithms/fedrema.py), so
 beside FedReMa with the same options the monitor sees exactly what FedReMa sees.
 """
@@ -76,19 +76,24 @@ class SimilarityMonitor:
         self.temperature, self.probe_scale = float(cfg.temperature), float(cfg.probe_scale)
         self.symmetric, self.ignore_self_gap = bool(cfg.symmetric_temperature), bool(cfg.ignore_self_gap)
         self.dir = run.run_dir / "diagnostics" / DIR
+        self.keep, self.local = False, None   # local: (t, client ids, LocalResult) of the round's local models
+        run.ctx.observers.append(self.observe)
+
+    def observe(self, t: int, clients: list[int], res, phase: str) -> None:
+        """After every ``local_train`` call: keep the round's last phase-"train" result while asked to."""
+        if self.keep and phase == "train":
+            self.local = (t, clients, res)
 
     def due(self, t: int) -> bool:
         return t % self.every == 0 or t == self.rounds or t in self.save_rounds
 
     def before_round(self, algo, t: int) -> None:
-        """Ask the algorithm to keep the round's local models (call after any other monitor's before_round)."""
-        if self.due(t):
-            algo.keep_local = True
-            algo.last_local = None
+        """Keep the round's local models (:meth:`observe`) when the round is due."""
+        self.keep, self.local = self.due(t), None
 
     def after_round(self, algo, t: int) -> dict:
-        """S, MDS and Δs̄ of the round's trained heads; leaves ``algo.last_local`` for the next monitor."""
-        local = algo.last_local if self.due(t) else None
+        """S, MDS and Δs̄ of the round's trained heads."""
+        local, self.keep, self.local = self.local, False, None
         if local is None:
             return {}
         _, ids, res = local

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from conftest import make_cfg
 
 from fedbench.algorithms.ecl import ECL, expert_of_class, logit_scales, mixing_weights
+from fedbench.algorithms.local import LocalInputs, LocalSpec
 from fedbench.algorithms.oneshot import (class_set_accuracy, classifier_names, combine_logits, expert_groups,
                                          head_tail_accuracy)
 from fedbench.algorithms.fedprox import FedProx
@@ -253,9 +254,10 @@ def test_tail_expert_is_the_last_nonempty_group_and_empty_experts_take_no_part(t
                 tr = run.data.train_idx[k]
                 idx = tr[np.isin(labels[tr], groups[k][m])]
                 _, inv, cnt = np.unique(labels[idx], return_inverse=True, return_counts=True)
-                ref = algo.local_train(1, torch.tensor([k]), broadcast(w, 1), broadcast(bn, 1), trainable=sorted(cls),
-                                       epochs=2, opt=algo.opt.replace(lr=0.01), batch_size=8, purpose=f"ecl_expert{m + 1}",
-                                       indices=[idx], sample_weights=[1.0 / cnt[inv]], persistent_state=False)
+                spec = LocalSpec(f"ecl_expert{m + 1}", trainable=sorted(cls), epochs=2, batch_size=8,
+                                 opt=algo.opt.replace(lr=0.01))
+                ref = algo.local_train(1, torch.tensor([k]), (broadcast(w, 1), broadcast(bn, 1)), spec,
+                                       LocalInputs(indices=[idx], sample_weights=[1.0 / cnt[inv]]))
                 assert all(torch.allclose(P[n][k], ref.params[n][0], atol=1e-12) for n in cls), (k, m)
             else:
                 assert changed == head_layers, (k, m)

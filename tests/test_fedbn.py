@@ -30,7 +30,7 @@ def test_bn_entries_stay_local_and_the_rest_is_fedavg(tmp_path):
     for t, clients in ((1, torch.tensor([0, 2, 3])), (2, torch.tensor([1, 2]))):
         before_p = {k: v.clone() for k, v in algo.local_w.items()}
         before_b = {k: v.clone() for k, v in algo.local_bn.items()}
-        ref = algo.local_train(t, clients, *algo.client_models(clients, t))   # the round's own local training
+        ref = algo.local_train(t, clients, algo.client_models(clients, t), algo.train_spec)   # the round's own training
         algo.round(t, clients)
         others = [k for k in range(algo.K) if k not in clients.tolist()]
         for k in bn_p:

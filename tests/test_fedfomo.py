@@ -6,6 +6,7 @@ import numpy as np
 import torch
 from conftest import make_cfg
 
+from fedbench.algorithms.local import LocalInputs
 from fedbench.algorithms.fedfomo import epsilon_greedy, fomo_weights, pair_distances
 from fedbench.run import Run
 
@@ -83,8 +84,8 @@ def test_fedfomo_scores_peers_on_the_validation_split_and_trains_on_the_rest(tmp
     clients = torch.arange(3)
     algo.round(1, clients)
     from fedbench.engine.stack import broadcast
-    replay = algo.local_train(1, clients, broadcast({n: v[0] for n, v in w0.items()}, 3), algo.B,
-                              indices=[algo.fit_idx[k] for k in range(3)])
+    replay = algo.local_train(1, clients, (broadcast({n: v[0] for n, v in w0.items()}, 3), algo.B), algo.train_spec,
+                              LocalInputs(indices=[algo.fit_idx[k] for k in range(3)]))
     for n in algo.P:
         assert torch.allclose(algo.P[n], replay.params[n], atol=1e-12, rtol=0), n
     P = {n: v.clone() for n, v in algo.P.items()}

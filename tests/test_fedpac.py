@@ -121,14 +121,15 @@ def test_fedpac_round_server_rule(tmp_path):
     moved the heads (with head_epochs=0 the body phase leaves them untouched)."""
     run = _setup(tmp_path)
     algo, clients = run.algorithm, torch.arange(5)
-    algo.keep_local = True
+    seen = {}   # the round's last phase-"train" result, as the monitors keep it (Context.observers)
+    run.ctx.observers.append(lambda t, ids, res, phase: seen.update({phase: res}))
     params = {**broadcast(algo.theta, 5), **rows(algo.phi, clients)}
     buffers = {**broadcast(algo.theta_buf, 5), **rows(algo.phi_buf, clients)}
     means, counts, sq = algo.class_statistics(clients, params, buffers)
     A, _ = combination_weights(*feature_statistics(means, counts, sq))
     phi0 = {k: v.clone() for k, v in algo.phi.items()}
     metrics = algo.round(1, clients)
-    trained = algo.last_local[2]
+    trained = seen["train"]
     heads = select(trained.params, algo.personal)
     assert not torch.allclose(heads["head.0.weight"], phi0["head.0.weight"])            # head phase trained them
     for k, v in mix(heads, A).items():
@@ -139,9 +140,9 @@ def test_fedpac_round_server_rule(tmp_path):
     assert torch.allclose(algo.centroids, weighted_centroids(m1, c1)[0], atol=1e-12)
     assert metrics["fedpac/qp_failed"] == 0 and metrics["fedpac/self_weight"] < 1.0    # heads were combined
     run0 = _setup(tmp_path / "h0", "algorithm.head_epochs=0")
-    run0.algorithm.keep_local = True
+    run0.ctx.observers.append(lambda t, ids, res, phase: seen.update({phase: res}))
     run0.algorithm.round(1, clients)
-    assert torch.equal(select(run0.algorithm.last_local[2].params, run0.algorithm.personal)["head.0.weight"],
+    assert torch.equal(select(seen["train"].params, run0.algorithm.personal)["head.0.weight"],
                        run0.initial_params["head.0.weight"].expand(5, -1, -1))
 
 

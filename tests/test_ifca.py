@@ -52,7 +52,7 @@ def test_cluster_models_are_the_means_of_their_clients(tmp_path):
     clients = torch.tensor([1, 3, 4])
     j = algo.assign(clients)
     before = {n: v.clone() for n, v in algo.W.items()}
-    local = algo.local_train(1, clients, rows(before, j), rows(algo.WB, j))   # what the round trains (same keys)
+    local = algo.local_train(1, clients, (rows(before, j), rows(algo.WB, j)), algo.train_spec)   # what the round trains
     algo.round(1, clients)
     for c in range(3):
         members = (j == c).nonzero().flatten()

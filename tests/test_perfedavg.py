@@ -106,8 +106,9 @@ def test_rema_variant_is_pflibs_first_order_epochs(tmp_path):
     run.setup()
     algo = run.algorithm
     assert (algo.variant, algo.alpha, algo.local_steps) == ("fo", 0.2, None)
-    algo.keep_local = True
+    seen = {}   # the round's last result per phase (Context.observers)
+    run.ctx.observers.append(lambda t, ids, res, phase: seen.update({phase: res}))
     algo.round(1, torch.tensor([1, 4]))
-    steps = algo.last_local[2].steps
+    steps = seen["train"].steps
     n = [len(run.data.train_idx[k]) for k in (1, 4)]
     assert [int(s) for s in steps] == [2 * (m // 8) // 2 for m in n]

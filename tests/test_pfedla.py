@@ -68,9 +68,10 @@ def test_pfedla_hypernetwork_step_is_the_vjp_through_the_personalized_model(tmp_
 def test_pfedla_round_stores_trained_models_and_evaluates_the_mixture(tmp_path):
     run = _setup(tmp_path)
     algo = run.algorithm
-    algo.keep_local = True
+    seen = {}   # the round's last result per phase (Context.observers)
+    run.ctx.observers.append(lambda t, ids, res, phase: seen.update({phase: res}))
     algo.round(1, torch.tensor([0, 2, 4]))
-    trained = algo.last_local[2]
+    trained = seen["train"]
     for n in algo.P:
         assert torch.equal(algo.P[n][[0, 2, 4]], trained.params[n]), n
     p, _ = algo.client_models(torch.arange(5), 1)

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 from conftest import make_cfg
 
+from fedbench.algorithms.local import LocalInputs, LocalSpec
 from fedbench.engine.stack import weighted_mean
 from fedbench.engine.syncs import HostSyncCounter
 from fedbench.errors import ConfigError
@@ -42,7 +43,7 @@ def test_partial_aggregation_averages_shared_part_and_keeps_local_part(tmp_path,
     clients = torch.arange(4)
     assert sorted(algo.local_w) == sorted(local) and not set(algo.w) & set(local)
     p, b = algo.download(clients)
-    res = algo.local_train(1, clients, p, b, trainable=algo.trainable)   # what round 1 trains (same batches)
+    res = algo.local_train(1, clients, (p, b), algo.train_spec)   # what round 1 trains (same batches)
     algo.round(1, clients)
     expected = weighted_mean(res.params, algo.n)
     for k in algo.w:
@@ -265,8 +266,8 @@ def test_fedrod_personal_prediction_adds_personal_head_to_generic_logits(tmp_pat
     algo, fm, data = run.algorithm, run.fm, run.data
     clients = torch.arange(4)
     p0, b0 = algo.download(clients)
-    res = algo.local_train(1, clients, p0, b0, loss=algo.loss, trainable=algo.trainable,
-                           ctx={"class_counts": algo.class_counts})
+    res = algo.local_train(1, clients, (p0, b0), LocalSpec(loss=algo.loss, trainable=algo.trainable),
+                           LocalInputs(ctx={"class_counts": algo.class_counts}))
     algo.round(1, clients)
     assert sorted(algo.w) == sorted(fm.param_names) and sorted(algo.local_w) == ["personal.head.2.bias", "personal.head.2.weight"]
     mean = weighted_mean({k: res.params[k] for k in algo.w}, algo.n)

@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from baseline_checks import batch, executors_agree_and_it_learns, perturbed, setup_run
 
+from fedbench.algorithms.local import LocalInputs, LocalSpec
 from fedbench.algorithms.scaffold import effective_steps
 from fedbench.engine.stack import broadcast, tagged
 
@@ -30,9 +31,10 @@ def test_corrected_gradient_is_g_minus_ck_plus_c(tmp_path):
     algo.c_local = broadcast(c_k, algo.K)
     start = {k: v.detach() for k, v in w.items()}
     clients = torch.tensor([0])
-    res = algo.local_train(1, clients, broadcast(start, 1), broadcast(algo.bn, 1), loss=algo.loss,
-                           ctx=tagged({k: (c[k] - c_k[k]).unsqueeze(0) for k in names}, "correction"),
-                           steps=1, indices=[run.data.train_idx[0][:16]], batch_size=16)
+    res = algo.local_train(1, clients, (broadcast(start, 1), broadcast(algo.bn, 1)),
+                           LocalSpec(loss=algo.loss, steps=1, batch_size=16),
+                           LocalInputs(ctx=tagged({k: (c[k] - c_k[k]).unsqueeze(0) for k in names}, "correction"),
+                                       indices=[run.data.train_idx[0][:16]]))
     for k, b in zip(names, g):
         assert torch.allclose(res.params[k][0], start[k] - 0.1 * (b - c_k[k] + c[k]), atol=1e-12, rtol=0), k
 
@@ -72,7 +74,7 @@ def test_first_round_end_to_end(tmp_path):
     algo = run.algorithm
     clients = torch.tensor([0, 2, 3])
     x0 = {k: v.clone() for k, v in algo.w.items()}
-    ref = algo.local_train(1, clients, broadcast(x0, 3), broadcast(algo.bn, 3))     # plain CE, same batches
+    ref = algo.local_train(1, clients, (broadcast(x0, 3), broadcast(algo.bn, 3)), LocalSpec())   # plain CE
     algo.round(1, clients)
     eta = float(run.cfg.lr)
     for k in x0:
@@ -108,9 +110,9 @@ def test_control_variates_use_the_decayed_lr_of_the_local_steps(tmp_path):
     clients = torch.tensor([1, 3])
     x0, c0, ck0 = dict(algo.w), dict(algo.c), {k: v[clients].clone() for k, v in algo.c_local.items()}
     ctx = tagged({k: c0[k].unsqueeze(0) - ck0[k] for k in c0}, "correction")
-    ref = algo.local_train(2, clients, broadcast(x0, 2), broadcast(algo.bn, 2), loss=algo.loss, ctx=ctx)
-    at_01 = algo.local_train(2, clients, broadcast(x0, 2), broadcast(algo.bn, 2), loss=algo.loss, ctx=ctx,
-                             opt=algo.opt.replace(lr=0.1))
+    ref = algo.local_train(2, clients, (broadcast(x0, 2), broadcast(algo.bn, 2)), algo.train_spec, LocalInputs(ctx=ctx))
+    at_01 = algo.local_train(2, clients, (broadcast(x0, 2), broadcast(algo.bn, 2)),
+                             algo.train_spec.replace(opt=algo.opt.replace(lr=0.1)), LocalInputs(ctx=ctx))
     assert not torch.allclose(ref.params[next(iter(x0))], at_01.params[next(iter(x0))])   # the steps did decay
     algo.round(2, clients)
     for k in x0:

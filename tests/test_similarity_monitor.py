@@ -55,7 +55,8 @@ def test_monitor_beside_fedavg_computes_s_on_the_rounds_trained_local_heads(tmp_
     replay = Run(cfg, tmp_path / "replay")
     replay.setup()
     algo, clients = replay.algorithm, torch.arange(K)
-    res = algo.local_train(1, clients, broadcast(replay.initial_params, K), broadcast(replay.initial_buffers, K))
+    res = algo.local_train(1, clients, (broadcast(replay.initial_params, K), broadcast(replay.initial_buffers, K)),
+                           algo.train_spec)
     heads = {n: v for n, v in res.params.items() if n.startswith("head.")}
     bufs = {n: v for n, v in res.buffers.items() if n.startswith("head.")}   # the head's BatchNorm (eval mode)
     assert bufs

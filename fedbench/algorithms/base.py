@@ -6,17 +6,16 @@ server rule over stacked client results. It never writes a training loop of its 
 """
 from __future__ import annotations
 
-from typing import Callable
-
 import numpy as np
 import torch
 
+from ..context import Context
 from ..engine.executor import LocalJob, LocalResult
-from ..engine.functional import cross_entropy
 from ..engine.optim import OptimSpec
 from ..engine.schedule import make_schedule
 from ..engine.stack import Stack, broadcast, rows, set_rows
 from ..rundir import written
+from .local import LocalInputs, LocalSpec
 
 
 class Algorithm:
@@ -27,21 +26,22 @@ class Algorithm:
 
     name = "base"
     state_attrs: tuple[str, ...] = ()
-    keep_local = False   # set by the forgetting diagnostic (fedbench/forgetting.py): remember the round's local models
-    last_local = None    # (t, client ids, LocalResult) of the last purpose="train" local_train call when keep_local
 
-    def __init__(self, run):
-        self.run = run
-        self.cfg = run.cfg
-        self.hp = run.cfg.algorithm          # this algorithm's hyperparameters (conf/algorithm/<name>.yaml)
-        self.fm = run.fm
-        self.data = run.data
-        self.executor = run.executor
-        self.seed = int(run.cfg.seed)
+    def __init__(self, ctx: Context):
+        self.ctx = ctx                       # all the algorithm may use of its run (fedbench/context.py)
+        self.cfg = ctx.cfg
+        self.hp = ctx.cfg.algorithm          # this algorithm's hyperparameters (conf/algorithm/<name>.yaml)
+        self.fm = ctx.fm
+        self.data = ctx.data
+        self.executor = ctx.executor
+        self.seed = int(ctx.cfg.seed)
         self.K = self.data.num_clients
         self.n = self.data.train_sizes()     # n_k, local training set sizes
-        self.opt = OptimSpec.from_cfg(run.cfg.optim)
+        self.opt = OptimSpec.from_cfg(ctx.cfg.optim)
         self.opt_state: Stack | None = None  # per-client optimizer state when optim.persistent_state
+        # the FedAvg local solver: local_epochs of CE with the run's optimizer, its state kept per client when
+        # optim.persistent_state
+        self.train_spec = LocalSpec(persist_opt_state=bool(ctx.cfg.optim.persistent_state))
 
     # ---- life cycle -------------------------------------------------------------------------
     def setup(self) -> None:
@@ -84,38 +84,36 @@ class Algorithm:
 
     # ---- helpers ------------------------------------------------------------------------------
     def initial_model(self) -> tuple[Stack, Stack]:
-        return self.run.initial_params, self.run.initial_buffers
+        return self.ctx.initial
 
-    def local_train(self, t: int, clients: torch.Tensor, params: Stack, buffers: Stack, *,
-                    loss: Callable = cross_entropy, trainable: list[str] | None = None, epochs: int | None = None,
-                    steps: int | None = None, ctx: Stack | None = None, shared: dict | None = None,
-                    opt: OptimSpec | None = None, indices: list[np.ndarray] | None = None, batch_size: int | None = None,
-                    purpose: str = "train", sample_weights: list[np.ndarray] | None = None,
-                    persistent_state: bool | None = None, augment: bool = True, batches_per_step: int = 1,
-                    schedule: list[list[torch.Tensor]] | None = None) -> LocalResult:
-        """Train the stacked models of ``clients`` on their local data with the executor.
+    def local_train(self, t: int, clients: torch.Tensor, model: tuple[Stack, Stack], spec: LocalSpec,
+                    inputs: LocalInputs | None = None) -> LocalResult:
+        """Train the stacked models ``model`` = (params, buffers) of ``clients`` for one phase ``spec`` on their local
+        data with the executor; every observer of the context hears of the result (t, client ids, result, phase).
 
-        Defaults: all parameters, ``local_epochs`` epochs of ``batch_size`` mini-batches of the
-        clients' training sets, the run's optimizer, cross-entropy. ``purpose`` keys the batch
-        order, so different phases of one round draw different batches. ``batches_per_step`` > 1:
-        each step's x is a pack of that many consecutive batches (``make_schedule``). ``schedule``:
-        an explicit per-client list of index tensors, one per step (then the batch options are unused).
+        ``spec.phase`` keys the batch order, so different phases of one round draw different batches. Each
+        step's x is a pack of ``spec.batches_per_step`` consecutive batches (``make_schedule``). ``inputs``: the
+        loss's tensors, and the batches' indices and weights or an explicit schedule (then the batch options
+        are unused).
         """
+        inputs = inputs or LocalInputs()
         ids = [int(k) for k in clients]
-        trainable = self.fm.param_names if trainable is None else list(trainable)
+        trainable = self.fm.param_names if spec.trainable is None else list(spec.trainable)
+        epochs, steps = spec.epochs, spec.steps
         if epochs is None and steps is None:
             epochs = int(self.cfg.local_epochs)
+        indices = inputs.indices
         if indices is None:
             indices = [self.data.train_idx[k] for k in ids]
+        schedule = inputs.schedule
         if schedule is None:
-            schedule = make_schedule(indices, ids, batch_size or int(self.cfg.batch_size), self.seed, purpose, t,
-                                     epochs=epochs, steps=steps, drop_last=bool(self.cfg.drop_last),
-                                     weights=sample_weights, batches_per_step=batches_per_step)   # host arrays:
-            # the executor lays the whole schedule out on the device in one copy (engine/schedule.py plan)
-        opt = opt or self.opt_at(t)
-        persistent = bool(self.cfg.optim.persistent_state) if persistent_state is None else persistent_state
+            schedule = make_schedule(indices, ids, spec.batch_size or int(self.cfg.batch_size), self.seed, spec.phase,
+                                     t, epochs=epochs, steps=steps, drop_last=bool(self.cfg.drop_last),
+                                     weights=inputs.sample_weights, batches_per_step=spec.batches_per_step)   # host
+            # arrays: the executor lays the whole schedule out on the device in one copy (engine/schedule.py plan)
+        opt = spec.opt or self.opt_at(t)
         state = None
-        if persistent and (purpose == "train" or persistent_state):  # an explicit True also persists other phases
+        if spec.persist_opt_state:
             if self.opt_state is None:
                 from ..engine.optim import init_state
 
@@ -124,15 +122,15 @@ class Algorithm:
                                   init_state(opt, full, self.fm.param_names, lead=(1,)).items()}
             sel = torch.tensor(ids)
             state = {k: v for k, v in rows(self.opt_state, sel).items() if k.split(":", 1)[-1] in set(trainable) or k == "step"}
+        params, buffers = model
         job = LocalJob(self.fm, params, buffers, trainable, schedule, self.data.x, self.data.y, opt, state,
-                       loss, ctx or {}, shared or {}, augment=self.run.augment if augment else None,
-                       aug_key=(self.seed, "augment", purpose, t), client_ids=ids, pack=batches_per_step)
+                       spec.loss, inputs.ctx, inputs.shared, augment=self.ctx.augment if spec.augment else None,
+                       aug_key=(self.seed, "augment", spec.phase, t), client_ids=ids, pack=spec.batches_per_step)
         res = self.executor.train(job)
-        if self.keep_local and purpose == "train":
-            self.last_local = (t, ids, res)
         if state is not None:
             set_rows(self.opt_state, torch.tensor(ids), res.opt_state)
-        self.run.check_finite(t, ids, res)
+        for observe in self.ctx.observers:   # the divergence guard, the forgetting/similarity monitors
+            observe(t, ids, res, spec.phase)
         return res
 
     def publish_matrix(self, name: str, t: int, matrix, *, draw: bool = True, title: str | None = None,
@@ -141,13 +139,13 @@ class Algorithm:
         from ..plots import heatmap
 
         m = np.asarray(matrix.detach().cpu() if torch.is_tensor(matrix) else matrix)
-        d = self.run.run_dir / "diagnostics" / name
+        d = self.ctx.out_dir / "diagnostics" / name
         d.mkdir(parents=True, exist_ok=True)
         with written(d / f"round_{t:05d}.npy") as path:   # a full disk: one line naming the file
             np.save(path, m)
         if draw:
             png = heatmap(m, d / f"round_{t:05d}.png", title or f"{name} (round {t})", xlabel, ylabel, **kw)
-            self.run.image(name, png, t)
+            self.ctx.publish(name, png, t)
 
     def opt_at(self, t: int) -> OptimSpec:
         """The run's optimizer in round ``t``: ``lr``, or ``optim.lr_decay_to`` after round ``optim.lr_decay_round``

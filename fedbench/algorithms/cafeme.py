@@ -16,6 +16,7 @@ from ..errors import ConfigError
 from ..models.cafeme import use_plain_batch_norm
 from . import register
 from .base import Algorithm
+from .local import LocalInputs, LocalSpec
 
 
 def uniform_mean(stack, m: int):
@@ -67,13 +68,15 @@ class CAFeMe(Algorithm):
         use_plain_batch_norm(self.fm.net, not self.first_order)
         self.outer_opt = OptimSpec(name="adam", lr=beta) if outer == "adam" else OptimSpec(name="sgd", lr=beta)
         self.w, self.bn = self.initial_model()   # ω = {μ, ψ}
+        # one outer step per round over a pack of S support + O query batches (Alg. 1); Adam's moments persist
+        self.meta_spec = LocalSpec(loss=self.meta_loss, steps=1, batches_per_step=self.S + self.O, opt=self.outer_opt,
+                                   persist_opt_state=self.outer_opt.name == "adam")
 
     # ---- Alg. 1 ----------------------------------------------------------------------------------------
     def round(self, t, clients):
         m = len(clients)
-        res = self.local_train(t, clients, broadcast(self.w, m), broadcast(self.bn, m), loss=self.meta_loss, steps=1,
-                               batches_per_step=self.S + self.O, schedule=self.split_schedule(t, clients),
-                               opt=self.outer_opt, persistent_state=self.outer_opt.name == "adam")
+        res = self.local_train(t, clients, (broadcast(self.w, m), broadcast(self.bn, m)), self.meta_spec,
+                               LocalInputs(schedule=self.split_schedule(t, clients)))
         self.w, self.bn = uniform_mean(res.params, m), uniform_mean(res.buffers, m)
         return {"train/loss": res.loss.mean().item()}   # the outer loss CE(f_φ; D_eval), CAFeMe Alg. 2
 

@@ -15,6 +15,7 @@ from ..losses import proximal
 from . import register
 from .base import Algorithm
 from .cafeme import uniform_mean
+from .local import LocalInputs, LocalSpec
 
 
 def _number(v, kind) -> bool:
@@ -60,18 +61,20 @@ class Ditto(Algorithm):
         self.uniform = self.checked_hp("aggregate", one_of("weighted", "uniform")) == "uniform"
         self.w, self.bn = self.initial_model()                             # global model w^t
         self.V, self.VB = broadcast(self.w, self.K), broadcast(self.bn, self.K)  # personal models v_k, all clients
+        solver = self.train_spec if self.global_steps is None else self.train_spec.replace(steps=int(self.global_steps))
+        if self.global_opt is not None:   # its own optimizer, per-client state kept across rounds (CAFeMe code)
+            solver = solver.replace(opt=self.global_opt, persist_opt_state=True)
+        self.global_spec = solver
+        budget = ({"steps": int(hp.personal_steps)} if hp.personal_steps is not None
+                  else {"epochs": int(hp.personal_epochs)})
+        self.personal_spec = LocalSpec("personal", loss=self.personal_loss, **budget)
 
     def round(self, t, clients):
         m = len(clients)
-        solver = {} if self.global_steps is None else {"steps": int(self.global_steps)}
-        if self.global_opt is not None:   # its own optimizer, per-client state kept across rounds (CAFeMe code)
-            solver.update(opt=self.global_opt, persistent_state=True)
-        glob = self.local_train(t, clients, broadcast(self.w, m), broadcast(self.bn, m), **solver)   # 1. w_k^t
+        glob = self.local_train(t, clients, (broadcast(self.w, m), broadcast(self.bn, m)), self.global_spec)  # 1. w_k^t
         v, vb, diagnostics = self.personal_start(t, clients, glob)
-        s = ({"steps": int(self.hp.personal_steps)} if self.hp.personal_steps is not None
-             else {"epochs": int(self.hp.personal_epochs)})
-        pers = self.local_train(t, clients, v, vb, loss=self.personal_loss, shared={"w_global": self.w},
-                                purpose="personal", **s)                                   # 2. v_k, anchored at w^t
+        pers = self.local_train(t, clients, (v, vb), self.personal_spec,
+                                LocalInputs(shared={"w_global": self.w}))           # 2. v_k, anchored at w^t
         set_rows(self.V, clients, pers.params)
         set_rows(self.VB, clients, pers.buffers)
         self.w, self.bn = self.server_mean(glob.params, clients), self.server_mean(glob.buffers, clients)  # 3.

@@ -14,6 +14,7 @@ from ..engine.stack import broadcast, set_rows
 from ..losses import balanced_softmax_ce
 from . import register
 from .oneshot import OneShotPersonalization, class_balanced_weights, classifier_names, expert_groups
+from .local import LocalInputs
 
 log = logging.getLogger(__name__)
 
@@ -116,8 +117,9 @@ class ECL(OneShotPersonalization):
     def personalize(self, t, w, bn):
         K, M, C = self.K, self.num_experts, self.data.num_classes
         # Eq. 3: the calibrated global model w_k^T (classifier only, BSCE with the client's counts)
-        calibrated = self.phase_two_train(t, broadcast(w, K), broadcast(bn, K), purpose="ecl_calibrate",
-                                          trainable=self.classifier, loss=bsce_loss, ctx={"class_counts": self.client_counts()})
+        calibrate = self.phase2_spec.replace(phase="ecl_calibrate", trainable=self.classifier, loss=bsce_loss)
+        calibrated = self.phase_two_train(t, (broadcast(w, K), broadcast(bn, K)), calibrate,
+                                          LocalInputs(ctx={"class_counts": self.client_counts()}))
         # data grouping, then Eq. 4 for expert m = 1..M: per client, the tail expert is its last non-empty group
         # (classifier only, class-balanced sampling), the experts before it train the last block + classifier, and
         # an empty group has no expert (its rows stay w^T, weight 0 in Eq. 6). Clients stacked per (expert, role).
@@ -132,10 +134,11 @@ class ECL(OneShotPersonalization):
                 if not sel:
                     continue
                 idx = [self.data.train_idx[k][np.isin(self.labels[self.data.train_idx[k]], groups[k][m])] for k in sel]
-                Pm, Bm = self.phase_two_train(
-                    t, broadcast(w, len(sel)), broadcast(bn, len(sel)), clients=sel, purpose=f"ecl_expert{m + 1}",
-                    indices=idx, trainable=self.classifier if tail else self.expert_layers,
-                    sample_weights=[class_balanced_weights(self.labels[i]) for i in idx] if tail else None)
+                spec = self.phase2_spec.replace(phase=f"ecl_expert{m + 1}",
+                                                trainable=self.classifier if tail else self.expert_layers)
+                weights = [class_balanced_weights(self.labels[i]) for i in idx] if tail else None
+                Pm, Bm = self.phase_two_train(t, (broadcast(w, len(sel)), broadcast(bn, len(sel))), spec,
+                                              LocalInputs(indices=idx, sample_weights=weights), clients=sel)
                 set_rows(P, sel, Pm)
                 set_rows(B, sel, Bm)
             experts.append((P, B))

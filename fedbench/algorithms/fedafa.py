@@ -13,6 +13,7 @@ from ..engine.executor import SequentialExecutor
 from ..engine.stack import broadcast
 from ..errors import ConfigError
 from . import register
+from .local import LocalInputs
 from .oneshot import OneShotPersonalization, body_index, class_balanced_weights, run_children, upper_logits
 
 log = logging.getLogger(__name__)
@@ -57,10 +58,10 @@ class FedAFA(OneShotPersonalization):
             raise ConfigError("algorithm.feature_layer", cut, f"null or a body child index in [1, {n}]")
         self.cut = cut
         self.trainable = [k for k in self.fm.param_names if body_index(k, n) >= cut]
-        if self.run.executor.vectorized:
+        if self.ctx.executor.vectorized:
             log.warning("FedAFA: phase II draws random numbers inside its local objective (not vmappable); "
                         "it runs on the sequential executor")
-            ex = self.run.executor
+            ex = self.ctx.executor
             self.executor = SequentialExecutor(precision=ex.precision, channels_last=False, eval_batch=ex.eval_batch)
 
     def personalized_names(self):
@@ -71,10 +72,11 @@ class FedAFA(OneShotPersonalization):
         dev = self.data.x.device
         self._t, self._gen, self._stats = t, {}, torch.zeros(2, device=dev)   # (slots, accepted), read after the phase
         weights = [class_balanced_weights(self.labels[i]) for i in self.data.train_idx]
-        P, B = self.phase_two_train(t, broadcast(w, K), broadcast(bn, K), purpose="fedafa", trainable=self.trainable,
-                                    loss=self.loss, sample_weights=weights, shared={"w_global": w, "bn_global": bn},
-                                    ctx={"class_counts": self.client_counts(), "client": torch.arange(K, device=dev)},
-                                    opt=self.opt.replace(lr=self.phase2_lr, nesterov=self.nesterov))
+        spec = self.phase2_spec.replace(phase="fedafa", trainable=self.trainable, loss=self.loss,
+                                        opt=self.opt.replace(lr=self.phase2_lr, nesterov=self.nesterov))
+        inputs = LocalInputs(ctx={"class_counts": self.client_counts(), "client": torch.arange(K, device=dev)},
+                             shared={"w_global": w, "bn_global": bn}, sample_weights=weights)
+        P, B = self.phase_two_train(t, (broadcast(w, K), broadcast(bn, K)), spec, inputs)
         self.components = [(P, B)]
         slots, accepted = self._stats.tolist()
         return {"fedafa/slots": slots, "fedafa/accept_rate": accepted / max(1.0, slots)}

@@ -27,6 +27,7 @@ from ..engine.stack import Stack, broadcast, rows, select, set_rows, tagged, unt
 from ..errors import ConfigError
 from . import register
 from .base import Algorithm
+from .local import LocalInputs, LocalSpec
 
 
 def param_layers(names: list[str]) -> list[list[str]]:
@@ -63,10 +64,14 @@ class FedALA(Algorithm):
         self.P, self.B = broadcast(self.w, self.K), broadcast(self.bn, self.K)    # θ_k after its last training
         self.W = broadcast({n: torch.ones_like(self.w[n]) for n in self.top}, self.K)  # W_k, init 1 (code)
         self.started = torch.zeros(self.K, dtype=torch.bool)                      # start phase done
+        opt = self.opt.replace(name="sgd", lr=float(hp.eta), momentum=0.0, weight_decay=0.0, nesterov=False,
+                               clip_grad_norm=None, bounds=(0.0, 1.0))
+        # one epoch of projected SGD on W_k (phase "ala<epoch>", set per epoch in learn_weights)
+        self.ala_spec = LocalSpec(loss=self.ala_loss, trainable=tuple(self.top), epochs=1, opt=opt)
 
     def round(self, t, clients):
         theta_hat, metrics = self.adaptive_local_aggregation(t, clients)
-        res = self.local_train(t, clients, theta_hat, rows(self.B, clients))
+        res = self.local_train(t, clients, (theta_hat, rows(self.B, clients)), self.train_spec)
         set_rows(self.P, clients, res.params)
         set_rows(self.B, clients, res.buffers)
         self.w, self.bn = self.aggregate(res.params, clients), self.aggregate(res.buffers, clients)
@@ -106,8 +111,6 @@ class FedALA(Algorithm):
         ctx = {**tagged(select(local, self.top), "local"),
                **tagged({n: glob[n] - local[n] for n in self.top}, "delta")}
         shared = tagged({n: v for n, v in self.w.items() if n not in self.top}, "global")   # lower layers: θ_g
-        opt = self.opt.replace(name="sgd", lr=float(hp.eta), momentum=0.0, weight_decay=0.0, nesterov=False,
-                               clip_grad_norm=None, bounds=(0.0, 1.0))
         W = rows(self.W, ids)
         buffers = rows(self.B, ids)
         history: list[list[float]] = [[] for _ in ids]
@@ -115,10 +118,9 @@ class FedALA(Algorithm):
         epoch = 0
         while todo.any():
             sel = torch.nonzero(todo).flatten()
-            res = self.local_train(t, ids[sel], rows(W, sel), rows(buffers, sel), loss=self.ala_loss,
-                                   trainable=self.top, epochs=1, ctx=rows(ctx, sel), shared=shared, opt=opt,
-                                   purpose=f"ala{epoch}",
-                                   indices=[sample[i] for i in sel.tolist()], persistent_state=False)
+            spec = self.ala_spec.replace(phase=f"ala{epoch}")
+            inputs = LocalInputs(ctx=rows(ctx, sel), shared=shared, indices=[sample[i] for i in sel.tolist()])
+            res = self.local_train(t, ids[sel], (rows(W, sel), rows(buffers, sel)), spec, inputs)
             set_rows(W, sel, res.params)
             epoch += 1
             for j, i in enumerate(sel.tolist()):

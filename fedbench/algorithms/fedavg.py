@@ -5,6 +5,7 @@ from ..engine.functional import cross_entropy
 from ..engine.stack import broadcast, rows, set_rows
 from . import register
 from .base import Algorithm
+from .local import LocalInputs, LocalSpec
 
 
 @register
@@ -16,6 +17,7 @@ class FedAvg(Algorithm):
 
     def setup(self):
         self.w, self.bn = self.initial_model()   # global parameters and buffers
+        self.train_spec = self.train_spec.replace(loss=self.local_loss)
 
     # the local objective of ONE client on one batch (runs under vmap): FedAvg's is plain cross-entropy; FedProx,
     # FedNTD, FedLC and MOON override it (and client_context / after_local) instead of copying round
@@ -24,8 +26,8 @@ class FedAvg(Algorithm):
     def round(self, t, clients):
         m = len(clients)
         ctx, shared = self.client_context(clients)
-        res = self.local_train(t, clients, broadcast(self.w, m), broadcast(self.bn, m), loss=self.local_loss,
-                               ctx=ctx, shared=shared)
+        res = self.local_train(t, clients, (broadcast(self.w, m), broadcast(self.bn, m)), self.train_spec,
+                               LocalInputs(ctx=ctx, shared=shared))
         self.after_local(clients, res)
         self.w = self.aggregate(res.params, clients)
         self.bn = self.aggregate(res.buffers, clients)
@@ -54,7 +56,7 @@ class Local(Algorithm):
         self.P, self.B = broadcast(w, self.K), broadcast(bn, self.K)
 
     def round(self, t, clients):
-        res = self.local_train(t, clients, rows(self.P, clients), rows(self.B, clients))
+        res = self.local_train(t, clients, (rows(self.P, clients), rows(self.B, clients)), self.train_spec)
         set_rows(self.P, clients, res.params)
         set_rows(self.B, clients, res.buffers)
         return {"train/loss": res.loss.mean().item()}
@@ -69,12 +71,15 @@ class FedAvgFT(FedAvg):
 
     name = "fedavg_ft"
 
+    def setup(self):
+        super().setup()
+        steps = int(self.hp.ft_steps) if self.hp.ft_steps else None
+        self.ft_spec = LocalSpec("finetune", opt=self.opt.replace(lr=float(self.hp.ft_lr)),
+                                 epochs=None if steps else int(self.hp.ft_epochs), steps=steps)
+
     def client_models(self, clients, t):
         m = len(clients)
-        opt = self.opt.replace(lr=float(self.hp.ft_lr))
-        res = self.local_train(t, clients, broadcast(self.w, m), broadcast(self.bn, m), opt=opt, purpose="finetune",
-                               epochs=None if self.hp.ft_steps else int(self.hp.ft_epochs),
-                               steps=int(self.hp.ft_steps) if self.hp.ft_steps else None)
+        res = self.local_train(t, clients, (broadcast(self.w, m), broadcast(self.bn, m)), self.ft_spec)
         return res.params, res.buffers
 
 

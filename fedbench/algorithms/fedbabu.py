@@ -4,6 +4,7 @@ from __future__ import annotations
 from ..errors import ConfigError
 from . import register
 from .fedper import PartialAggregation
+from .local import LocalSpec
 
 FT_SCOPES = ("all", "body", "head")
 
@@ -32,15 +33,17 @@ class FedBABU(PartialAggregation):
         if isinstance(ft, bool) or not isinstance(ft, int) or ft < 0:
             raise ConfigError("algorithm.ft_epochs", ft, "an integer >= 0 (0: evaluate without fine-tuning)")
         self.trainable = [n for n in self.fm.param_names if not self.in_head(n)]   # body only: head frozen
+        self.train_spec = self.train_spec.replace(trainable=self.trainable)
+        scope, epochs = self.hp.ft_scope, int(ft)
+        names = [n for n in self.fm.param_names if scope == "all" or self.in_head(n) == (scope == "head")]
+        self.ft_spec = None if epochs == 0 else LocalSpec("finetune", trainable=names, epochs=epochs,
+                                                          opt=self.opt.replace(lr=float(self.hp.ft_lr)))
 
     def client_models(self, clients, t):
         p, b = self.download(clients)
-        if int(self.hp.ft_epochs) == 0:
+        if self.ft_spec is None:
             return p, b
-        scope = self.hp.ft_scope
-        names = [n for n in self.fm.param_names if scope == "all" or self.in_head(n) == (scope == "head")]
-        res = self.local_train(t, clients, p, b, trainable=names, epochs=int(self.hp.ft_epochs), purpose="finetune",
-                               opt=self.opt.replace(lr=float(self.hp.ft_lr)), persistent_state=False)
+        res = self.local_train(t, clients, (p, b), self.ft_spec)
         return res.params, res.buffers
 
     def global_model(self):

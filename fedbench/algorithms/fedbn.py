@@ -48,7 +48,7 @@ class FedBN(FedAvg):
         return p, b
 
     def round(self, t, clients):
-        res = self.local_train(t, clients, *self.client_models(clients, t))
+        res = self.local_train(t, clients, self.client_models(clients, t), self.train_spec)
         set_rows(self.local_w, clients, select(res.params, self.bn_params))
         set_rows(self.local_bn, clients, select(res.buffers, self.bn_buffers))
         shared_p = {k: v for k, v in res.params.items() if k not in self.local_w}      # never the BN entries

@@ -11,6 +11,7 @@ from ..engine.stack import Stack, broadcast, rows, set_rows, tagged, untagged, w
 from ..losses import proximal
 from . import register
 from .fedavg import FedAvg
+from .local import LocalInputs
 
 
 @register
@@ -33,6 +34,7 @@ class FedDyn(FedAvg):
         self.alpha = float(self.checked_hp("alpha", number(0, lo_open=True)))    # α
         adaptive = bool(self.checked_hp("adaptive_alpha", boolean()))
         super().setup()
+        self.train_spec = self.train_spec.replace(loss=self.loss)
         self.h = {k: torch.zeros_like(v) for k, v in self.w.items()}                  # server state h
         self.grad_state = broadcast(self.h, self.K)                                    # g_k, all clients
         rel = self.n * self.K / self.n.sum() if adaptive else torch.ones(self.K, dtype=torch.float64)
@@ -43,8 +45,8 @@ class FedDyn(FedAvg):
         x = self.data.x
         ctx = {**tagged(rows(self.grad_state, clients), "lin"),
                "alpha": self.client_alpha[clients.long()].to(dtype=x.dtype, device=x.device)}
-        res = self.local_train(t, clients, broadcast(self.w, m), broadcast(self.bn, m), loss=self.loss, ctx=ctx,
-                               shared={"w_global": self.w})
+        res = self.local_train(t, clients, (broadcast(self.w, m), broadcast(self.bn, m)), self.train_spec,
+                               LocalInputs(ctx=ctx, shared={"w_global": self.w}))
         self.server_update(clients, res.params, res.buffers)
         return {"train/loss": res.loss.mean().item()}
 

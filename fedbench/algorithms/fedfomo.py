@@ -23,6 +23,7 @@ from ..checks import int_at_least, number, one_of
 from ..engine.stack import Stack, broadcast, rows, set_rows, weighted_mean
 from . import register
 from .base import Algorithm
+from .local import LocalInputs
 
 DIST_EPS = 1e-5   # added to ‖θ_j − θ_k‖ (PFLlib ``weight_cal``), so identical models give w = 0, not 0/0
 
@@ -104,7 +105,8 @@ class FedFomo(Algorithm):
         start = {n: torch.tensordot(A.to(v), v, dims=([1], [0])) for n, v in self.P.items()}       # Eq. 7 as W @ θ
         start_b = {n: (torch.tensordot(A.to(v), v, dims=([1], [0])) if v.is_floating_point() else v[clients])
                    for n, v in self.B.items()}
-        res = self.local_train(t, clients, start, start_b, indices=[self.fit_idx[k] for k in clients.tolist()])
+        res = self.local_train(t, clients, (start, start_b), self.train_spec,
+                               LocalInputs(indices=[self.fit_idx[k] for k in clients.tolist()]))
         set_rows(self.P, clients, res.params)
         set_rows(self.B, clients, res.buffers)
         self.uploaded[clients.long().cpu()] = True
@@ -124,7 +126,7 @@ class FedFomo(Algorithm):
         pair_client = [i for i in range(m) for _ in range(1 + len(peers[i]))]
         pair_model = [j for i in range(m) for j in [ks[i], *peers[i]]]
         sel = torch.tensor(pair_model)
-        logits = self.run.predict(rows(self.P, sel), rows(self.B, sel), [self.val_idx[ks[i]] for i in pair_client])
+        logits = self.ctx.predict(rows(self.P, sel), rows(self.B, sel), [self.val_idx[ks[i]] for i in pair_client])
         losses = torch.stack([F.cross_entropy(z, self.data.y[self.data.tensor(self.val_idx[ks[i]])]).double().cpu()
                               for z, i in zip(logits, pair_client)])
         own_loss = torch.zeros(m, dtype=torch.float64)

@@ -26,6 +26,7 @@ from ..forgetting import DOMINANT, GROUP_NAMES, MISSING, NON_DOMINANT, class_gro
 from ..rundir import written
 from . import register
 from .base import Algorithm
+from .local import LocalInputs
 
 SAMPLING = ("random", "hard", "proficient")          # paper §5.7, Table 7: R / H (max loss) / P (min loss)
 ANCHOR_CLASSES = ("both", "non_dominant", "missing")  # Table 6: FedKA / KA(N) / KA(M)
@@ -80,6 +81,7 @@ class FedKA(Algorithm):
             if isinstance(v, bool) or v == "<missing>" or not ok(v):
                 raise ConfigError(f"algorithm.{key}", v, allowed)
         self.w, self.bn = self.initial_model()
+        self.train_spec = self.train_spec.replace(loss=self.loss)
         self.beta, self.sampling = float(hp.beta), str(hp.sampling)
         C = self.data.num_classes
         labels = self.data.y.cpu().numpy()
@@ -105,7 +107,7 @@ class FedKA(Algorithm):
         if not keys:
             return {}
         idx = np.concatenate([self.candidates[k][c] for k, c in keys])
-        logits = self.run.predict(broadcast(self.w, 1), broadcast(self.bn, 1), [idx])[0]
+        logits = self.ctx.predict(broadcast(self.w, 1), broadcast(self.bn, 1), [idx])[0]
         loss = F.cross_entropy(logits, self.data.y[self.data.tensor(idx)], reduction="none").cpu().numpy()
         return dict(zip(keys, np.split(loss, np.cumsum([len(self.candidates[k][c]) for k, c in keys])[:-1])))
 
@@ -145,12 +147,13 @@ class FedKA(Algorithm):
         idx = np.stack([p[0] for p in padded])                                   # [m, A]
         x = self.data.x
         # Z_g: the global model's logits on the anchors, once per round, eval mode (like Z_l in loss), no grad
-        z_g = self.run.predict(broadcast(self.w, 1), broadcast(self.bn, 1), [idx.reshape(-1)])[0]
+        z_g = self.ctx.predict(broadcast(self.w, 1), broadcast(self.bn, 1), [idx.reshape(-1)])[0]
         ctx = {"anchor_x": x[self.data.tensor(idx)],
                "anchor_mask": torch.as_tensor(np.stack([p[1] for p in padded]), dtype=x.dtype, device=x.device),
                "anchor_logits": z_g.reshape(m, self.slots, -1),
                "kept": self.kept[clients.long().to(x.device)]}
-        res = self.local_train(t, clients, broadcast(self.w, m), broadcast(self.bn, m), loss=self.loss, ctx=ctx)
+        res = self.local_train(t, clients, (broadcast(self.w, m), broadcast(self.bn, m)), self.train_spec,
+                               LocalInputs(ctx=ctx))
         self.w = self.aggregate(res.params, clients)          # θ_g ← Σ |D_i| θ_i / Σ |D_j| over participants
         self.bn = self.aggregate(res.buffers, clients)
         sizes = np.array([[len(a), n, mm] for a, n, mm in built], dtype=float)

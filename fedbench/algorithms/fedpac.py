@@ -40,6 +40,7 @@ from ..losses import prototype_alignment
 from ..prototypes import class_means, client_outputs
 from . import register
 from .base import Algorithm
+from .local import LocalInputs, LocalSpec
 
 
 # ---- the server's quadratic program (§4.2) -----------------------------------------------------------
@@ -192,6 +193,12 @@ class FedPAC(Algorithm):
         self.fm.set_mode(True)
         self.centroids = torch.zeros(self.data.num_classes, d, dtype=x.dtype, device=x.device)  # c (none yet)
         self.has_centroid = torch.zeros(self.data.num_classes, dtype=torch.bool, device=x.device)
+        # local training (Alg. 1): the head first (representation frozen), then the representation (head frozen)
+        self.head_spec = LocalSpec("fedpac_head", trainable=self.personal, epochs=int(self.hp.head_epochs),
+                                   opt=self.opt.replace(lr=float(self.hp.head_lr)),
+                                   persist_opt_state=bool(self.cfg.optim.persistent_state))
+        body = self.train_spec.replace(trainable=self.shared)
+        self.body_specs = {True: body.replace(loss=self.aligned_loss), False: body.replace(loss=self.plain_loss)}
 
     def round(self, t, clients):
         hp, m = self.hp, len(clients)
@@ -204,19 +211,16 @@ class FedPAC(Algorithm):
         # 2. local training: head first (representation frozen), then the representation (head frozen)
         metrics = {}
         if int(hp.head_epochs) > 0:
-            first = self.local_train(t, clients, params, buffers, trainable=self.personal, epochs=int(hp.head_epochs),
-                                     opt=self.opt.replace(lr=float(hp.head_lr)), purpose="fedpac_head",
-                                     persistent_state=bool(self.cfg.optim.persistent_state))
+            first = self.local_train(t, clients, (params, buffers), self.head_spec)
             params, buffers = first.params, first.buffers
             metrics["train/loss_head_phase"] = first.loss.mean().item()
         aligned = bool(self.has_centroid.any()) and float(hp.lam) > 0
-        ctx = None
+        ctx = {}
         if aligned:   # c_y, or the client's own pre-training class mean where the server has none (code)
             has_local = counts > 0
             target = torch.where(self.has_centroid.view(1, -1, 1), self.centroids.unsqueeze(0), means0)
             ctx = {"targets": target, "has_target": self.has_centroid.unsqueeze(0) | has_local}
-        res = self.local_train(t, clients, params, buffers, trainable=self.shared, ctx=ctx,
-                               loss=self.aligned_loss if aligned else self.plain_loss)
+        res = self.local_train(t, clients, (params, buffers), self.body_specs[aligned], LocalInputs(ctx=ctx))
         metrics["train/loss"] = res.loss.mean().item()
         # 3. server: representation (FedAvg), class centroids, per-client head combinations (QP)
         means1, counts1, _ = self.class_statistics(clients, res.params, res.buffers, second_moment=False)
@@ -235,7 +239,7 @@ class FedPAC(Algorithm):
     def class_statistics(self, clients, params, buffers, second_moment: bool = True):
         """Per client: class means of f(x) on its train set, class counts, and class means of ‖f(x)‖² (eval mode)."""
         idx = [self.data.train_idx[int(k)] for k in clients]
-        feats = [h.flatten(1) for h in client_outputs(self.run, self.split.features, params, buffers, idx)]
+        feats = [h.flatten(1) for h in client_outputs(self.ctx, self.split.features, params, buffers, idx)]
         labels = [self.data.y[self.data.tensor(i)] for i in idx]
         C = self.data.num_classes
         means, counts = class_means(feats, labels, C)

@@ -15,7 +15,7 @@ class PartialAggregation(Algorithm):
     """Per round t, for the sampled clients S:
 
     1. download: client k's model = the server's shared part w^t + its own local part v_k;
-    2. local training (``local_epochs`` of CE unless a subclass says otherwise) of ``trainable`` names;
+    2. local training with ``self.train_spec`` (``local_epochs`` of CE of all names unless a subclass says otherwise);
     3. upload: v_k <- trained local part;  w^{t+1} = Σ_{k∈S} n_k w_k / Σ n_k over the shared names only.
 
     Subclasses say which parameter/buffer names stay local (:meth:`is_local`). Client k's personalized model is
@@ -25,7 +25,6 @@ class PartialAggregation(Algorithm):
     """
 
     state_attrs = ("w", "bn", "local_w", "local_bn")
-    trainable: list[str] | None = None   # names optimised locally (None: all)
 
     def is_local(self, name: str) -> bool:
         raise NotImplementedError
@@ -57,7 +56,7 @@ class PartialAggregation(Algorithm):
         self.bn = self.aggregate(select(res.buffers, self.bn), clients)
 
     def round(self, t, clients):
-        res = self.local_train(t, clients, *self.download(clients), trainable=self.trainable)
+        res = self.local_train(t, clients, self.download(clients), self.train_spec)
         self.upload(clients, res)
         return {"train/loss": res.loss.mean().item()}
 

@@ -14,6 +14,7 @@ from ..losses import prototype_alignment
 from ..prototypes import class_means, client_outputs, global_prototypes, nearest_prototype_logits
 from . import register
 from .base import Algorithm
+from .local import LocalInputs
 
 
 class ClassMeanExchange(Algorithm):
@@ -41,7 +42,8 @@ class ClassMeanExchange(Algorithm):
             raise ConfigError("algorithm.lam", lam, "a number >= 0 (the weight of the class-mean regularizer)")
         w, bn = self.initial_model()
         self.P, self.B = broadcast(w, self.K), broadcast(bn, self.K)   # every client's own model
-        z0 = client_outputs(self.run, self.z, broadcast(w, 1), broadcast(bn, 1), [np.arange(1)])[0].flatten(1)
+        self.train_spec = self.train_spec.replace(loss=self.loss)
+        z0 = client_outputs(self.ctx, self.z, broadcast(w, 1), broadcast(bn, 1), [np.arange(1)])[0].flatten(1)
         self.means = torch.zeros(self.data.num_classes, z0.shape[1], dtype=z0.dtype, device=z0.device)  # Z̄ (none yet)
         self.has_mean = torch.zeros(self.data.num_classes, dtype=torch.bool, device=z0.device)
 
@@ -56,12 +58,12 @@ class ClassMeanExchange(Algorithm):
         return F.cross_entropy(logits, y) + float(self.hp.lam) * reg
 
     def round(self, t, clients):
-        res = self.local_train(t, clients, rows(self.P, clients), rows(self.B, clients), loss=self.loss,
-                               shared={"means": self.means, "has_mean": self.has_mean})
+        res = self.local_train(t, clients, (rows(self.P, clients), rows(self.B, clients)), self.train_spec,
+                               LocalInputs(shared={"means": self.means, "has_mean": self.has_mean}))
         set_rows(self.P, clients, res.params)
         set_rows(self.B, clients, res.buffers)
         idx = [self.data.train_idx[int(k)] for k in clients]
-        z = client_outputs(self.run, self.z, res.params, res.buffers, idx)
+        z = client_outputs(self.ctx, self.z, res.params, res.buffers, idx)
         means, counts = class_means(z, [self.data.y[self.data.tensor(i)] for i in idx], self.data.num_classes)
         self.means, self.has_mean = global_prototypes(means, counts)
         return {"train/loss": res.loss.mean().item(), "classes_with_mean": int(self.has_mean.sum())}
@@ -95,8 +97,8 @@ class FedProto(ClassMeanExchange):
 
     def client_logits(self, clients, idx, t):
         if self.hp.inference == "model":
-            return self.run.predict(*self.client_models(clients, t), idx)
-        return client_outputs(self.run, self.nearest_prototype, *self.client_models(clients, t), idx)
+            return self.ctx.predict(*self.client_models(clients, t), idx)
+        return client_outputs(self.ctx, self.nearest_prototype, *self.client_models(clients, t), idx)
 
 
 __all__ = ["ClassMeanExchange", "FedProto"]

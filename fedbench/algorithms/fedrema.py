@@ -33,11 +33,11 @@ from ..engine.masking import pad_aware
 from ..engine.schedule import make_schedule
 from ..engine.stack import broadcast, mix, rows, select, set_rows, weighted_mean
 from ..errors import ConfigError
-from ..loggers import ConsoleSink
 from ..losses import prototype_alignment
 from ..prototypes import class_means, client_outputs, global_prototypes
 from . import register
 from .base import Algorithm
+from .local import LocalInputs, LocalSpec
 
 
 # ---- server rules (pure tensor functions) ------------------------------------------------------------
@@ -173,6 +173,12 @@ class FedReMa(Algorithm):
         self.theta, self.theta_buf = select(w, self.body_names), select(bn, self.body_bufs)          # θ (Eq. 6)
         self.phi = broadcast(select(w, self.head_names), self.K)                                    # φ_k per client
         self.phi_buf = broadcast(select(bn, self.head_bufs), self.K)
+        # local training: CE (Alg. 2) or +F's CE + λ·MSE(h, P̄_y); +A: the head (own optimizer phase), then the body
+        self.train_spec = self.train_spec.replace(loss=self.aligned_loss if hp.align else cross_entropy)
+        self.head_spec = LocalSpec("train_head", trainable=self.head_names,
+                                   opt=self.opt if hp.head_phase_clip else self.opt.replace(clip_grad_norm=None),
+                                   persist_opt_state=bool(self.cfg.optim.persistent_state))
+        self.body_spec = self.train_spec.replace(trainable=self.body_names)
         self.G = torch.zeros(self.K, self.K, dtype=torch.float64, device=self.data.x.device)  # G: times k chose i
         self.history: list[float] = []                              # Δs̄_t of the CCP rounds (Eq. 8, as a mean)
         self.in_ccp = True                                          # CCP flag (Eq. 9)
@@ -243,17 +249,13 @@ class FedReMa(Algorithm):
     def client_update(self, t, clients, params, buffers) -> tuple[LocalResult, dict]:
         """Local training: plain CE (Alg. 2); +F adds λ·MSE(h, P̄_y); +A trains the head, then the body (Table 4)."""
         hp = self.hp
-        loss = self.aligned_loss if hp.align else cross_entropy
-        shared = {"protos": self.protos, "has_proto": self.has_proto} if hp.align else None
+        inputs = LocalInputs(shared={"protos": self.protos, "has_proto": self.has_proto} if hp.align else {})
         if not hp.alternate:
-            res = self.local_train(t, clients, params, buffers, loss=loss, shared=shared)
+            res = self.local_train(t, clients, (params, buffers), self.train_spec, inputs)
             return res, {"train/loss": res.loss.mean().item()}
         # +A (code train_separately[_with_proto]): E epochs head only, then E epochs body only, one optimizer
-        head_opt = self.opt if hp.head_phase_clip else self.opt.replace(clip_grad_norm=None)
-        first = self.local_train(t, clients, params, buffers, trainable=self.head_names, opt=head_opt,
-                                 purpose="train_head", persistent_state=bool(self.cfg.optim.persistent_state))
-        res = self.local_train(t, clients, first.params, first.buffers, loss=loss, shared=shared,
-                               trainable=self.body_names)
+        first = self.local_train(t, clients, (params, buffers), self.head_spec)
+        res = self.local_train(t, clients, (first.params, first.buffers), self.body_spec, inputs)
         return res, {"train/loss": res.loss.mean().item(), "train/loss_head_phase": first.loss.mean().item()}
 
     @pad_aware
@@ -271,7 +273,7 @@ class FedReMa(Algorithm):
         epoch = make_schedule([self.data.train_idx[k] for k in ids], ids, int(self.cfg.batch_size), self.seed, "protos",
                               t, epochs=1, drop_last=bool(self.cfg.drop_last), device=self.data.x.device)
         idx = [torch.cat(b).cpu().numpy() if b else np.empty(0, np.int64) for b in epoch]
-        feats = client_outputs(self.run, self.fm.features, res.params, res.buffers, idx)
+        feats = client_outputs(self.ctx, self.fm.features, res.params, res.buffers, idx)
         return class_means(feats, [self.data.y[self.data.tensor(i)] for i in idx], self.data.num_classes)
 
     def prototypes(self, t, clients, res: LocalResult):
@@ -291,12 +293,7 @@ class FedReMa(Algorithm):
         last, peak = self.history[-1], max(self.history)
         msg = (f"FedReMa: critical co-learning period ended at round {t} (Δs̄={last:.4f} < δ·max={float(self.hp.delta)}"
                f"·{peak:.4f}); classifiers now follow the dependency map G (Eq. 10)")
-        sinks = getattr(getattr(self.run, "loggers", None), "sinks", [])
-        console = next((s.console for s in sinks if isinstance(s, ConsoleSink)), None)
-        if console is not None:
-            console.print(f"[bold yellow]{msg}[/]")
-        else:
-            print(msg, flush=True)
+        self.ctx.say(msg)
 
     # ---- evaluation & end of run ---------------------------------------------------------------------
     def client_models(self, clients, t):
@@ -309,7 +306,7 @@ class FedReMa(Algorithm):
         T = int(self.cfg.rounds)
         self.publish_matrix("dependency_map", T, self.G, title="FedReMa dependency map G (times k chose i)",
                             xlabel="chosen client i", ylabel="client k", cmap="Blues")
-        d = self.run.run_dir / "diagnostics"
+        d = self.ctx.out_dir / "diagnostics"
         np.save(d / "dependency_map" / "weights.npy", dependency_weights(self.G).cpu().numpy())
         np.savez_compressed(d / "fedrema_history.npz", mean_max_diff=np.array(self.log["mean_max_diff"]),
                             ccp=np.array(self.log["ccp"]), ccp_history=np.array(self.history),

@@ -10,6 +10,7 @@ from ..errors import ConfigError
 from . import register
 from .base import Algorithm
 from .cafeme import uniform_mean
+from .local import LocalInputs, LocalSpec
 
 
 @register
@@ -52,6 +53,13 @@ class FedRep(Algorithm):
         self.w, self.bn = self.initial_model()
         self.H = broadcast(select(self.w, self.head), self.K) if self.mode == "body" else None   # local heads φ_k
         self.phase_state: dict = {}
+        # the head φ, then the representation θ, each with its own optimizer (and kept state); in step mode both
+        # phases follow one schedule of the round (phase "train"), split in round()
+        epochs = unit == "epochs"
+        spec = LocalSpec(opt=self.local_opt, persist_opt_state=bool(self.persistent))
+        self.head_spec = spec.replace(phase="fedrep_head" if epochs else "train", trainable=self.head,
+                                      epochs=self.head_budget if epochs else None)
+        self.body_spec = spec.replace(trainable=self.body, epochs=self.body_budget if epochs else None)
 
     def round(self, t, clients):
         m, ids = len(clients), [int(k) for k in clients]
@@ -63,11 +71,12 @@ class FedRep(Algorithm):
             sched = make_schedule([self.data.train_idx[k] for k in ids], ids, int(self.cfg.batch_size), self.seed, "train",
                                   t, steps=hs + self.body_budget, drop_last=bool(self.cfg.drop_last),
                                   device=self.data.x.device)
-            head_kw, body_kw = {"schedule": [s[:hs] for s in sched]}, {"schedule": [s[hs:] for s in sched]}
+            head_in = LocalInputs(schedule=[s[:hs] for s in sched])
+            body_in = LocalInputs(schedule=[s[hs:] for s in sched])
         else:
-            head_kw, body_kw = {"epochs": self.head_budget, "purpose": "fedrep_head"}, {"epochs": self.body_budget}
-        head = self.phase("head", t, clients, P, B, self.head, **head_kw)
-        res = self.phase("body", t, clients, head.params, head.buffers, self.body, **body_kw)
+            head_in = body_in = None
+        head = self.phase("head", t, clients, (P, B), self.head_spec, head_in)
+        res = self.phase("body", t, clients, (head.params, head.buffers), self.body_spec, body_in)
         if self.H is None:
             self.w, self.bn = uniform_mean(res.params, m), uniform_mean(res.buffers, m)
         else:
@@ -76,11 +85,10 @@ class FedRep(Algorithm):
             self.bn = uniform_mean(res.buffers, m)
         return {"train/head_loss": head.loss.mean().item(), "train/loss": res.loss.mean().item()}
 
-    def phase(self, name, t, clients, P, B, trainable, **budget):
+    def phase(self, name, t, clients, model, spec, inputs=None):
         """One phase of local training; ``self.opt_state`` is swapped so each phase persists its own state."""
         self.opt_state = self.phase_state.get(name)
-        res = self.local_train(t, clients, P, B, trainable=trainable, opt=self.local_opt,
-                               persistent_state=self.persistent, **budget)
+        res = self.local_train(t, clients, model, spec, inputs)
         self.phase_state[name] = self.opt_state
         return res
 

@@ -12,6 +12,7 @@ from ..losses import balanced_softmax_ce
 from ..prototypes import client_outputs
 from . import register
 from .fedper import PartialAggregation
+from .local import LocalInputs
 
 PERSONAL = "personal."   # prefix of the personal head's parameter names in a client's parameter dict
 
@@ -46,6 +47,7 @@ class FedRoD(PartialAggregation):
         self.trainable = self.fm.param_names + list(self.local_w)     # body, generic head and personal head
         self.class_counts = torch.as_tensor(self.data.counts, dtype=w[self.personal_names[0]].dtype,
                                             device=w[self.personal_names[0]].device)   # n_{k,c} for the BSM loss
+        self.train_spec = self.train_spec.replace(loss=self.loss, trainable=self.trainable)
         if self.cfg.optim.persistent_state:   # the base class would size the kept optimizer state for the model only
             full = {**w, **{PERSONAL + n: w[n] for n in self.personal_names}}
             self.opt_state = init_state(self.opt, broadcast(full, self.K), self.trainable, lead=(self.K,))
@@ -67,8 +69,8 @@ class FedRoD(PartialAggregation):
         return generic + personal
 
     def round(self, t, clients):
-        res = self.local_train(t, clients, *self.download(clients), loss=self.loss, trainable=self.trainable,
-                               ctx={"class_counts": self.class_counts[clients.long()]})
+        res = self.local_train(t, clients, self.download(clients), self.train_spec,
+                               LocalInputs(ctx={"class_counts": self.class_counts[clients.long()]}))
         self.upload(clients, res)
         return {"train/loss": res.loss.mean().item()}
 
@@ -78,7 +80,7 @@ class FedRoD(PartialAggregation):
         return self.fm.head(p, b, h) + self.personal_logits(self.fm, p, b, h)
 
     def client_logits(self, clients, idx, t):
-        return client_outputs(self.run, self.predict_personalized, *self.download(clients), idx)
+        return client_outputs(self.ctx, self.predict_personalized, *self.download(clients), idx)
 
     def client_models(self, clients, t):
         """Plain per-client models where that is exact: a personal final Linear adds its logits to the generic

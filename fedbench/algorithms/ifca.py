@@ -73,7 +73,7 @@ class IFCA(Algorithm):
 
     def round(self, t, clients):
         j = self.assign(clients)
-        res = self.local_train(t, clients, rows(self.W, j), rows(self.WB, j))
+        res = self.local_train(t, clients, (rows(self.W, j), rows(self.WB, j)), self.train_spec)
         A = F.one_hot(j, self.J).T.to(torch.float64)            # [J, M] cluster ← client
         size = A.sum(1)
         chosen = size > 0

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from ..engine.masking import pad_aware
 from ..engine.stack import Stack, broadcast
 from . import register
+from .local import LocalInputs
 from .oneshot import OneShotPersonalization, class_balanced_weights, classifier_names
 
 SCALE = "lws.scale"   # the extra trainable tensor f [C] carried in the parameter stack during phase II
@@ -42,8 +43,8 @@ class FedAvgLWS(OneShotPersonalization):
         params = broadcast(w, K)
         params[SCALE] = torch.ones(K, C, dtype=self.data.x.dtype, device=self.data.x.device)
         weights = [class_balanced_weights(self.labels[i]) for i in self.data.train_idx]
-        P, B = self.phase_two_train(t, params, broadcast(bn, K), purpose="lws", trainable=[SCALE], loss=lws_loss,
-                                    sample_weights=weights)
+        spec = self.phase2_spec.replace(phase="lws", trainable=(SCALE,), loss=lws_loss)
+        P, B = self.phase_two_train(t, (params, broadcast(bn, K)), spec, LocalInputs(sample_weights=weights))
         f = P.pop(SCALE)
         self.components = [(scale_classifier(P, *classifier_names(self.fm), f), B)]
         return {"lws/scale_mean": float(f.mean()), "lws/scale_std": float(f.std())}

@@ -73,7 +73,7 @@ class MOON(FedAvg):
         proj = self.hp.get("projection_dim")
         if proj is not None:
             proj = int(self.checked_hp("projection_dim", int_at_least(1)))
-            if self.run.algorithm is not self:
+            if self.cfg.algorithm.name != self.name:   # built by another method (ECL's phase_one)
                 raise ConfigError("algorithm.projection_dim", proj, "null when MOON is the phase one of another method")
             self.use_projection_head(proj)
         super().setup()
@@ -88,14 +88,15 @@ class MOON(FedAvg):
         set_rows(self.prev_bn, clients, res.buffers)
 
     def use_projection_head(self, dim: int) -> None:
-        """Replace the run's model by MOON's (:func:`with_projection_head`); the new layers are initialised from
-        their own seed, so the shared layers start exactly as in every other method's run."""
-        run = self.run
+        """Replace the run's model by MOON's (:func:`with_projection_head`) in the context, so the whole run trains
+        and evaluates it; the new layers are initialised from their own seed, so the shared layers start exactly as
+        in every other method's run."""
+        ctx = self.ctx
         with torch.random.fork_rng(devices=[]):
             seeding.seed_everything(self.seed, "moon_projection")
             net = with_projection_head(self.fm.net, dim)
-        run.fm = self.fm = FModel(net)
-        run.initial_params, run.initial_buffers = self.fm.init_state(run.dtype, run.device)
+        ctx.fm = self.fm = FModel(net)
+        ctx.initial = self.fm.init_state(ctx.dtype, ctx.device)
 
     @pad_aware
     def local_loss(self, fm, p, b, x, y, ctx):

@@ -28,6 +28,7 @@ from ..errors import ConfigError
 from ..metrics import confusion_counts
 from . import ALGORITHMS
 from .base import Algorithm
+from .local import LocalInputs, LocalSpec
 
 
 # ---------------------------------------------------------------------------- model pieces
@@ -168,8 +169,11 @@ class OneShotPersonalization(Algorithm):
             self.phase2_lr = float(self.checked_hp("phase2_lr", number(0, lo_open=True)))
             self.phase2_batch_size = int(self.checked_hp("phase2_batch_size", int_at_least(1)))
             self.phase2_augment = bool(self.checked_hp("phase2_augment", boolean()))
+            # phase II's local solver; each personalize() sets the phase, trainable layers and loss of its steps
+            self.phase2_spec = LocalSpec("phase2", epochs=self.phase2_epochs, opt=self.opt.replace(lr=self.phase2_lr),
+                                         batch_size=self.phase2_batch_size, augment=self.phase2_augment)
         self.check_phase_two()
-        self.phase1 = ALGORITHMS[phase_one](self.run)
+        self.phase1 = ALGORITHMS[phase_one](self.ctx)
         self.phase1.setup()
         if self.phase1.global_model() is None:
             raise ConfigError("algorithm.phase_one", phase_one, "a method with a global model")
@@ -210,20 +214,19 @@ class OneShotPersonalization(Algorithm):
         """Build ``self.components`` (and ``self.mix``) for all K clients; return diagnostics."""
         raise NotImplementedError
 
-    def phase_two_train(self, t: int, params: Stack, buffers: Stack, *, purpose: str,
-                        trainable: list[str], clients=None, opt=None, loss=cross_entropy, **kw) -> tuple[Stack, Stack]:
-        """One phase-II ``local_train`` of ``clients`` (default: all K) stacked.
+    def phase_two_train(self, t: int, model: tuple[Stack, Stack], spec: LocalSpec, inputs: LocalInputs | None = None,
+                        clients=None) -> tuple[Stack, Stack]:
+        """One phase-II ``local_train`` of ``clients`` (default: all K) stacked; ``spec``: ``self.phase2_spec`` with
+        the step's phase, trainable layers and loss.
 
         ``frozen_bn=global`` (ECL §3.2 "we freeze the backbone network parameters"): every layer with no trainable
         parameter runs in eval mode, so a frozen BatchNorm normalises with the phase-I statistics and keeps them
         (its ``buffers`` come back unchanged); ``local`` (FedAFA's code): the net in train mode, frozen layers only
         get no gradient — batch statistics in the forward pass, running statistics following the local data."""
         if self.frozen_bn == "global":
-            loss = frozen_in_eval_mode(loss, frozen_modules(self.fm, trainable))
+            spec = spec.replace(loss=frozen_in_eval_mode(spec.loss, frozen_modules(self.fm, spec.trainable)))
         clients = torch.arange(self.K) if clients is None else torch.as_tensor(clients, dtype=torch.long)
-        res = self.local_train(t, clients, params, buffers, trainable=trainable, epochs=self.phase2_epochs,
-                               opt=opt or self.opt.replace(lr=self.phase2_lr), batch_size=self.phase2_batch_size,
-                               purpose=purpose, augment=self.phase2_augment, persistent_state=False, loss=loss, **kw)
+        res = self.local_train(t, clients, model, spec, inputs)
         return res.params, res.buffers
 
     def client_counts(self) -> torch.Tensor:
@@ -245,8 +248,8 @@ class OneShotPersonalization(Algorithm):
         sel = clients.long()
         if not all(i is idx[0] or np.array_equal(i, idx[0]) for i in idx):   # per-client test sets
             if self.components is None:
-                return self.run.predict(*self.client_models(clients, t), idx)
-            zs = [self.run.predict(rows(P, sel), rows(B, sel), idx) for P, B in self.components]
+                return self.ctx.predict(*self.client_models(clients, t), idx)
+            zs = [self.ctx.predict(rows(P, sel), rows(B, sel), idx) for P, B in self.components]
             return [self._combine(int(k), [z[i] for z in zs], idx[i]) for i, k in enumerate(sel)]
         return self._shared_test_logits(sel, idx[0])
 
@@ -331,7 +334,7 @@ class OneShotPersonalization(Algorithm):
         out = dict(self.last_class_metrics or {})
         if self.component_class_acc is not None and self.components is not None:
             acc = self.component_class_acc
-            d = self.run.run_dir / "diagnostics"
+            d = self.ctx.out_dir / "diagnostics"
             d.mkdir(parents=True, exist_ok=True)
             np.save(d / "component_class_acc.npy", acc)
             present = [np.flatnonzero(c > 0) for c in self.data.counts]

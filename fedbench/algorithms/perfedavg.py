@@ -12,6 +12,7 @@ from ..engine.stack import broadcast
 from . import register
 from .base import Algorithm
 from .cafeme import uniform_mean
+from .local import LocalSpec
 
 
 @register
@@ -41,13 +42,16 @@ class PerFedAvg(Algorithm):
         self.variant = self.checked_hp("variant", one_of("hf", "fo"))
         self.outer_opt = OptimSpec(name="sgd", lr=beta)
         self.w, self.bn = self.initial_model()
+        # one outer step per pack of 2 (FO: inner + outer batch) or 3 (HF: + the Hessian batch) batches (Alg. 1)
+        self.meta_spec = LocalSpec(loss=self.meta_loss, steps=self.local_steps, opt=self.outer_opt,
+                                   epochs=int(self.cfg.local_epochs) if self.local_steps is None else None,
+                                   batches_per_step=3 if self.variant == "hf" else 2)
+        self.personal_spec = LocalSpec("personalize", steps=int(self.hp.get("eval_steps", 0)) or None,
+                                       opt=OptimSpec(name="sgd", lr=self.alpha))   # eval_steps steps of size α
 
     def round(self, t, clients):
         m = len(clients)
-        res = self.local_train(t, clients, broadcast(self.w, m), broadcast(self.bn, m), loss=self.meta_loss,
-                               steps=self.local_steps, batches_per_step=3 if self.variant == "hf" else 2,
-                               epochs=int(self.cfg.local_epochs) if self.local_steps is None else None,
-                               opt=self.outer_opt, persistent_state=False)
+        res = self.local_train(t, clients, (broadcast(self.w, m), broadcast(self.bn, m)), self.meta_spec)
         self.w, self.bn = uniform_mean(res.params, m), uniform_mean(res.buffers, m)
         return {"train/loss": res.loss.mean().item()}
 
@@ -80,12 +84,10 @@ class PerFedAvg(Algorithm):
     def client_models(self, clients, t):
         """Personalized models: ``eval_steps`` SGD steps of size α from the global model on local data
         (PFLlib's Per-FedAvg evaluation, one step — FedReMa's Table 1); 0 = the global model itself."""
-        steps = int(self.hp.get("eval_steps", 0))
         m = len(clients)
-        if steps == 0:
+        if self.personal_spec.steps is None:
             return broadcast(self.w, m), broadcast(self.bn, m)
-        res = self.local_train(t, clients, broadcast(self.w, m), broadcast(self.bn, m), steps=steps,
-                               opt=OptimSpec(name="sgd", lr=self.alpha), purpose="personalize", persistent_state=False)
+        res = self.local_train(t, clients, (broadcast(self.w, m), broadcast(self.bn, m)), self.personal_spec)
         return res.params, res.buffers
 
 

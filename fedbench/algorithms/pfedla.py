@@ -109,7 +109,7 @@ class PFedLA(Algorithm):
         with torch.no_grad():
             alpha = self.alphas(clients)
             start = layerwise_mix(self.P, alpha, self.layers)                    # θ̄_i (Eq. 3)
-        res = self.local_train(t, clients, start, rows(self.B, clients))
+        res = self.local_train(t, clients, (start, rows(self.B, clients)), self.train_spec)
         self.update_hypernetworks(clients, {n: res.params[n] - start[n] for n in start})   # Δθ_i = θ_i' − θ̄_i
         set_rows(self.P, clients, res.params)                                   # θ_i ← θ̄_i + Δθ_i
         set_rows(self.B, clients, res.buffers)

@@ -10,6 +10,7 @@ from ..engine.stack import broadcast, rows, set_rows
 from ..errors import ConfigError
 from . import register
 from .base import Algorithm
+from .local import LocalInputs, LocalSpec
 
 
 @register
@@ -48,6 +49,7 @@ class PFedMe(Algorithm):
         # w_k -= ηλ (w_k − θ) after every K-th step (engine/optim.py, "pfedme"; its state "anchor:<param>" is w_k)
         self.inner_opt = OptimSpec(name="pfedme", lr=float(hp.personal_lr), prox=float(hp.lam), anchor_lr=float(hp.eta),
                                    anchor_every=int(hp.inner_steps))
+        self.inner_spec = LocalSpec("pfedme", opt=self.inner_opt)   # on the round's schedule (local_batches)
 
     def local_batches(self, t, clients) -> list[list[torch.Tensor]]:
         """Per client, the R mini-batches D_1..D_R of round t (sample indices into the data pool)."""
@@ -63,8 +65,8 @@ class PFedMe(Algorithm):
         (the proximal term is in the optimizer's step, as in pFedMeOptimizer)."""
         m, K = len(clients), int(self.hp.inner_steps)
         inner = [[b for b in batches for _ in range(K)] for batches in self.local_batches(t, clients)]
-        res = self.local_train(t, clients, broadcast(self.w, m), broadcast(self.bn, m), schedule=inner,
-                               opt=self.inner_opt, purpose="pfedme", persistent_state=False)
+        res = self.local_train(t, clients, (broadcast(self.w, m), broadcast(self.bn, m)), self.inner_spec,
+                               LocalInputs(schedule=inner))
         set_rows(self.theta, clients, res.params)
         set_rows(self.theta_bn, clients, res.buffers)
         w_local = {k: res.opt_state[f"anchor:{k}"] for k in self.w}   # w_k after the round's R moves

@@ -9,6 +9,7 @@ from ..engine.masking import pad_aware
 from ..engine.stack import Stack, broadcast, rows, set_rows, tagged, untagged, weighted_mean
 from . import register
 from .fedavg import FedAvg
+from .local import LocalInputs
 
 
 def effective_steps(steps: torch.Tensor, momentum: float) -> torch.Tensor:
@@ -49,6 +50,7 @@ class SCAFFOLD(FedAvg):
         self.momentum_steps = bool(self.checked_hp("momentum_corrected_steps", boolean()))
         self.weighted = bool(self.checked_hp("weighted_average", boolean()))
         super().setup()
+        self.train_spec = self.train_spec.replace(loss=self.loss)   # the run's optimizer in round t (opt_at)
         self.c = {k: torch.zeros_like(v) for k, v in self.w.items()}                   # server control variate c
         self.c_local = broadcast(self.c, self.K)                                       # c_k, all clients
 
@@ -57,7 +59,8 @@ class SCAFFOLD(FedAvg):
         c_k = rows(self.c_local, clients)
         ctx = tagged({k: self.c[k].unsqueeze(0) - c_k[k] for k in self.c}, "correction")   # c − c_k per client
         opt = self.opt_at(t)     # the round's (possibly step-decayed) local lr η: the steps and c_k⁺ use the same η
-        res = self.local_train(t, clients, broadcast(self.w, m), broadcast(self.bn, m), loss=self.loss, ctx=ctx, opt=opt)
+        res = self.local_train(t, clients, (broadcast(self.w, m), broadcast(self.bn, m)), self.train_spec,
+                               LocalInputs(ctx=ctx))
         self.server_update(clients, res.params, res.buffers, res.steps, lr=float(opt.lr))
         return {"train/loss": res.loss.mean().item()}
 
