@@ -43,10 +43,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [   # bottom to top; names under fed
 
 # Backward imports that another change of issue 22 removes: (importer, imported) -> why it is still here. An entry
 # whose import is gone fails the test: delete it then.
-KNOWN: dict[tuple[str, str], str] = {
-    ("fedbench.algorithms.fedrema", "fedbench.loggers"): "FedReMa prints through ConsoleSink until algorithms get a "
-                                                         "narrow context with say() (issue 22 item 2)",
-}
+KNOWN: dict[tuple[str, str], str] = {}
 
 
 def module_name(path: Path) -> str:
