@@ -12,6 +12,7 @@ never resumed, and what it trained is kept, compact, in ``model.pt`` (:func:`sav
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -22,7 +23,8 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
-from .errors import WriteFailed
+from .callbacks import Callback
+from .errors import ConfigError, WriteFailed
 
 # keys that do not change a run's results (so changing them still resumes the same run)
 NEUTRAL = ("hydra", "resume", "logger", "checkpoint", "cache_dir", "data_root")
@@ -161,3 +163,84 @@ def load_latest(run_dir: Path, device, warn=_warn) -> dict | None:
         except Exception as e:  # a truncated file that happens to match is still rejected, never executed
             warn(f"fedbench: checkpoint {path.name} cannot be read ({type(e).__name__}); trying the previous one")
     return None
+
+
+def host_copy(o):
+    """A deep copy of ``o`` whose tensors are copied to the CPU."""
+    if torch.is_tensor(o):
+        return o.detach().to("cpu", copy=True)
+    if isinstance(o, dict):
+        return {k: host_copy(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)) and type(o) in (list, tuple):
+        return type(o)(host_copy(v) for v in o)
+    return copy.deepcopy(o)
+
+
+class Checkpointer(Callback):
+    """The state of a run (algorithm, metrics so far, round times, the evaluator's last result, the W&B run id, the
+    divergence guard's reference loss, the config fingerprint, the monitors) and where it goes: a checkpoint every
+    ``checkpoint.every`` rounds (the newest ``checkpoint.keep`` kept), a copy in host memory at every round boundary
+    (``checkpoint.on_signal``: saved if a signal interrupts the next round), ``model.pt`` (``checkpoint.final_model``),
+    and back (:meth:`restore`)."""
+
+    def __init__(self, run):
+        self.run = run
+        self.boundary: dict | None = None   # {"round", "state"} of the last finished round, in host memory
+        self.resumed, self.resumed_wandb_id = False, None   # from a checkpoint, and its W&B run id
+
+    def monitors(self) -> dict:
+        run = self.run
+        return {n: m for n in ("forgetting", "new_clients") if (m := getattr(run, n, None)) is not None
+                and hasattr(m, "state_dict")}
+
+    def state(self) -> dict:
+        run = self.run
+        return {"algorithm": run.algorithm.state_dict(), "history": run.history, "times": run.times,
+                "evaluator_last": run.evaluator.last, "wandb_id": run.loggers.wandb_id,
+                "loss_reference": run.loss_reference,
+                "config_fingerprint": fingerprint(run.cfg),
+                "monitors": {n: m.state_dict() for n, m in self.monitors().items()}}
+
+    def snapshot(self, t: int) -> dict:
+        """A private copy of the state at a round boundary (saved if a signal interrupts the next round), in host
+        memory: a GPU run keeps no second copy of its whole state on the device."""
+        return {"round": t, "state": host_copy(self.state())}
+
+    def restore(self, saved: dict) -> int:
+        """Continue from the checkpoint ``saved`` (its round is returned)."""
+        run = self.run
+        if saved.get("config_fingerprint") != fingerprint(run.cfg):
+            raise ConfigError("resume", True, f"the checkpoint in {run.run_dir} was written by a different config; "
+                              "use another hydra.run.dir or resume=false")
+        run.algorithm.load_state_dict(saved["algorithm"])
+        run.history, run.times = saved["history"], saved["times"]
+        run.evaluator.last = saved["evaluator_last"]
+        for n, m in self.monitors().items():
+            m.load_state_dict(saved["monitors"].get(n, {}))
+        run.loss_reference = saved.get("loss_reference")
+        self.resumed, self.resumed_wandb_id = True, saved.get("wandb_id")
+        t0 = int(saved["round"])
+        run.rundir.trim_metrics(t0)
+        return t0
+
+    def start_over(self) -> int:
+        """No checkpoint: the run starts at round 0 (rows a killed earlier attempt logged are redone, not repeated)."""
+        self.run.history, self.run.times = [], []
+        self.run.rundir.trim_metrics(-1)
+        return 0
+
+    def on_start(self, run, t0: int) -> None:
+        self.boundary = self.snapshot(t0) if run.cfg.checkpoint.on_signal else None
+
+    def after_round(self, run, t: int, metrics: dict) -> None:
+        c = run.cfg.checkpoint
+        if c.every and t % int(c.every) == 0 and t < int(run.cfg.rounds):
+            save(run.run_dir, t, self.state(), keep=int(c.keep))
+        if c.on_signal:
+            self.boundary = self.snapshot(t)
+
+    def save_final(self) -> None:
+        """model.pt: the final global and personalized weights (before summary.json: a complete run has its model)."""
+        run = self.run
+        if run.cfg.checkpoint.final_model:
+            save_final(run.run_dir, int(run.cfg.rounds), run.algorithm, fingerprint(run.cfg))

@@ -9,6 +9,9 @@
 * :func:`write_json` / :func:`atomic` — temporary file + rename: a reader never sees a half-written file, a failed
   write leaves no temporary file and raises :class:`~fedbench.errors.WriteFailed` naming the path and the cause
   (:func:`written`: the same for a file a library writes itself).
+* :class:`RunDir` — the dir across a run's sessions (what :meth:`fedbench.run.Run.execute` does with it): a complete
+  run skipped, another config's refused, old files archived (resume=false), a refused config's empty dir removed, a
+  failure recorded, metrics.jsonl trimmed on resume; :func:`summary` is summary.json's content.
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from .errors import RunDirBusy, WriteFailed
+from .errors import ConfigError, Diverged, RunDirBusy, RunFailed, WriteFailed
 
 LOCK_NAME = ".fedbench.lock"
 
@@ -172,3 +175,272 @@ class Status:
     def start_rounds(self, t0: int) -> None:
         """The rounds start after round ``t0`` now (the ETA counts from here, setup excluded)."""
         self._r0, self._t0 = t0, time.time()
+
+
+# ---- the run directory's lifecycle (fedbench.run.Run.execute) ------------------------------------------------------
+def check_writable(run_dir: Path, min_free_mb: float = 0) -> None:
+    """Fail before training if the run dir cannot be written or its disk is (nearly) full."""
+    import shutil
+
+    probe = run_dir / ".write_probe"
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"\0" * 4096)
+        probe.unlink()
+    except OSError as e:
+        try:
+            probe.unlink(missing_ok=True)
+        except OSError:
+            pass
+        raise ConfigError("hydra.run.dir", str(run_dir),
+                          f"an existing or creatable, writable directory with free space ({e.strerror})") from None
+    free = shutil.disk_usage(run_dir).free / 2**20
+    if free < min_free_mb:
+        raise ConfigError("hydra.run.dir", str(run_dir),
+                          f"a disk with at least checkpoint.min_free_mb={min_free_mb:g} MB free "
+                          f"(only {free:.0f} MB left)")
+
+
+def signal_name(signum: int) -> str:
+    import signal
+
+    return signal.Signals(signum).name
+
+
+def describe(e: BaseException) -> str:
+    """One line for an error: a config error or a failed write as they say, an OSError as its path and cause."""
+    from .preemption import Preempted
+
+    if isinstance(e, (ConfigError, RunFailed)):
+        return str(e)
+    if isinstance(e, Preempted):
+        return f"{signal_name(e.signum)} received"
+    if isinstance(e, OSError) and e.filename:
+        return f"cannot use {e.filename}: {e.strerror or e}"
+    first = (str(e).strip().splitlines() or [""])[0]
+    return f"{type(e).__name__}: {first}"
+
+
+class RunDir:
+    """The directory of one run across its sessions: what an earlier session left there (skip a complete run, refuse
+    another config's, archive on resume=false), a config refused before the run, how a failed run ended (status.json),
+    the files of a fresh dir a bad config leaves behind, metrics.jsonl trimmed for a resumed run."""
+
+    def __init__(self, path: Path, cfg, group: str | None = None):
+        self.path, self.cfg, self.group = Path(path), cfg, group
+        self.previous_status: dict = {}   # status.json of the session before (its W&B run id)
+
+    @property
+    def fingerprint(self) -> str:
+        from .checkpoint import fingerprint
+
+        return fingerprint(self.cfg)
+
+    @contextmanager
+    def locked(self):
+        """Hold the dir's lock (:class:`RunDirLock`) for the body; a fresh dir that :meth:`failures` found a bad config
+        in goes once the lock is released."""
+        self.fresh, self.remove = not self.path.is_dir() or not any(self.path.iterdir()), False
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            lock = RunDirLock(self.path)
+            lock.acquire()
+        except OSError as e:
+            raise ConfigError("hydra.run.dir", str(self.path),
+                              f"an existing or creatable, writable directory ({e.strerror})") from None
+        try:
+            yield
+        finally:
+            lock.release()
+            if self.remove:
+                try:
+                    self.path.rmdir()
+                except OSError:
+                    pass
+
+    @contextmanager
+    def failures(self, record):
+        """Any exception or signal in the body ends with ``record(e)`` (status.json says how the run ended) — but a
+        bad config found in a fresh dir leaves no run dir behind (a sweep's job keeps it)."""
+        try:
+            yield
+        except BaseException as e:
+            self.remove = self.fresh and self.group is None and isinstance(e, ConfigError)
+            if self.remove:
+                self.remove_own_files()
+            else:
+                record(e)
+            raise
+
+    def start(self, status: Status, provenance: dict) -> None:
+        """status.json ``running`` (the first write), then Hydra's files in .hydra/ (``hydra.output_subdir: null``)."""
+        from omegaconf import OmegaConf
+
+        status.set()
+        for name, node in provenance.items():
+            (self.path / ".hydra").mkdir(exist_ok=True)
+            with atomic(self.path / ".hydra" / name) as f:
+                f.write(OmegaConf.to_yaml(node))
+
+    def write_inputs(self, data) -> Path:
+        """partition_counts.csv, partition.png (returned) and the resolved config.yaml."""
+        import numpy as np
+        from omegaconf import OmegaConf
+
+        from .plots import heatmap
+
+        with atomic(self.path / "partition_counts.csv") as f:
+            np.savetxt(f, data.counts, fmt="%d", delimiter=",", header=",".join(data.classes), comments="")
+        with written(self.path / "partition.png") as png:   # a full disk: one line naming the file
+            png = heatmap(data.counts, png, f"partition: {self.cfg.partition.name}", "class", "client", cmap="Blues")
+        with atomic(self.path / "config.yaml") as f:
+            f.write(OmegaConf.to_yaml(self.cfg, resolve=True))
+        return png
+
+    def previous(self, owner: bool) -> dict | None:
+        """What the run dir already holds: a complete run with this config is skipped (resume=true), a run with another
+        config refused; as the dir's ``owner`` (under its lock) resume=false moves the old files to previous/<time>/.
+        A status.json cut by a crash is rebuilt from the summary, the saved config and the checkpoint."""
+        self.previous_status = {}
+        if not self.path.is_dir():
+            return None
+        old, problem = read_json(self.path / "status.json")
+        if problem:
+            if owner:
+                print(f"fedbench: {self.path}/status.json is unreadable ({problem}); rebuilding it from the run's "
+                      "files", file=sys.stderr)
+            old = None
+        old = old if isinstance(old, dict) else {}
+        summary, _ = read_json(self.path / "summary.json")
+        summary = summary if isinstance(summary, dict) else None
+        if not self.cfg.resume:
+            if owner and any(p.name not in (LOCK_NAME, "previous") for p in self.path.iterdir()):
+                archive = self.path / "previous" / time.strftime("%Y%m%d-%H%M%S")
+                archive.mkdir(parents=True, exist_ok=True)
+                for p in list(self.path.iterdir()):
+                    if p.name not in (LOCK_NAME, "previous"):
+                        os.replace(p, archive / p.name)
+                print(f"fedbench: resume=false: previous files of {self.path} moved to {archive}", file=sys.stderr)
+            return None
+        recorded = (old.get("config_fingerprint") or (summary or {}).get("config_fingerprint")
+                    or self.saved_fingerprint())
+        if recorded not in (None, self.fingerprint):
+            raise ConfigError("resume", True, f"{self.path} holds a run with a different config; use another "
+                              "hydra.run.dir, or resume=false to start over there (old files are kept in previous/)")
+        complete = (old.get("status") == "complete"
+                    or (problem is not None and (summary or {}).get("status") == "complete"))
+        if complete and summary is not None:
+            print(f"fedbench: {self.path} is already complete; skipped (resume=false starts it over)", file=sys.stderr)
+            return summary
+        self.previous_status = old
+        return None
+
+    def saved_fingerprint(self) -> str | None:
+        """The fingerprint of the run dir's resolved config.yaml (for a run whose status.json is gone)."""
+        from omegaconf import OmegaConf
+
+        from .checkpoint import fingerprint
+
+        try:
+            return fingerprint(OmegaConf.load(self.path / "config.yaml"))
+        except Exception:
+            return None
+
+    def refused(self, e: ConfigError) -> None:
+        """A config refused before the run began: the empty dir Hydra made for it goes (a sweep's job keeps it, with
+        status.json saying why, for the sweep's summary and report: an empty dir would read as "pending")."""
+        try:
+            if not self.path.is_dir() or any(self.path.iterdir()):
+                return
+            if self.group is None:
+                self.path.rmdir()
+            else:
+                Status(self.path).set(status="failed", error=describe(e))
+        except OSError:   # the config error is what the caller reports
+            pass
+
+    def record_failure(self, e: BaseException, status: Status | None, boundary: dict | None, loggers) -> None:
+        """status.json says how the run ended (and a signal saves the last finished round, ``boundary``, first)."""
+        from . import checkpoint as ckpt
+        from .preemption import Preempted
+
+        state = "preempted" if isinstance(e, Preempted) else "diverged" if isinstance(e, Diverged) else "failed"
+        try:
+            if isinstance(e, Preempted) and boundary is not None:
+                e.checkpoint = ckpt.save(self.path, boundary["round"], boundary["state"],
+                                         keep=int(self.cfg.checkpoint.keep))
+            if status is not None:
+                status.set(status=state, error=describe(e))
+        except Exception as again:   # e.g. the disk is full: say so, the original error is reported by the caller
+            print(f"fedbench: could not record the failure in {self.path}: {describe(again)}", file=sys.stderr)
+        if loggers is not None:
+            try:
+                loggers.finish(state)
+            except Exception:
+                pass
+        if state == "failed" and not isinstance(e, (ConfigError, RunFailed, OSError, Preempted)):
+            import traceback
+
+            try:   # an unexpected error: its traceback is kept for a bug report (the console gets one line)
+                (self.path / "traceback.txt").write_text("".join(traceback.format_exception(e)))
+                e.traceback_file = self.path / "traceback.txt"
+            except OSError:
+                pass
+
+    def record_complete(self, summary: dict, status: Status, guard) -> None:
+        """summary.json, then status.json ``complete``: the result is recorded whole (a signal waits until it is)."""
+        with guard.deferred():
+            write_json(self.path / "summary.json", summary)
+            status.set(status="complete", round=int(self.cfg.rounds), eta_s=0)
+
+    def remove_own_files(self) -> None:
+        """Everything this run wrote in its (fresh) dir, but the lock file (released last)."""
+        import shutil
+
+        for p in self.path.iterdir():
+            if p.name != LOCK_NAME:
+                shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+
+    def trim_metrics(self, t0: int) -> None:
+        """metrics.jsonl keeps the rows of rounds <= t0: later ones are logged again by this session, so every round
+        appears once. A line cut by a kill or a full disk is dropped, and the file as it was kept next to it."""
+        path = self.path / "metrics.jsonl"
+        if not path.exists():
+            return
+        text = path.read_text(errors="replace")
+        keep, torn = [], False
+        for ln in text.splitlines():
+            try:
+                row = json.loads(ln)
+            except ValueError:
+                torn = torn or bool(ln.strip())
+                continue
+            if isinstance(row, dict) and isinstance(row.get("round"), int) and row["round"] <= t0:
+                keep.append(ln)
+        if torn:
+            copy_path = path.with_name(f"metrics.jsonl.torn-{time.strftime('%Y%m%d-%H%M%S')}")
+            with atomic(copy_path) as f:
+                f.write(text)
+            print(f"fedbench: {path} ended with a cut line (a crash while writing); dropped it, the file as it was is "
+                  f"kept as {copy_path.name}", file=sys.stderr)
+        with atomic(path) as f:
+            f.write("".join(ln + "\n" for ln in keep))
+
+
+def summary(run) -> dict:
+    """summary.json of a complete run: its metrics summarized (best / last / final), round times, the evaluator's last
+    result, what the algorithm and the new clients add (their ``finish`` / ``summary`` write their artefacts)."""
+    import math
+
+    import numpy as np
+
+    from .evaluation import summarize
+
+    cfg, times = run.cfg, run.times
+    return {"status": "complete", "rounds": int(cfg.rounds), "config_fingerprint": run.rundir.fingerprint,
+            "metrics": summarize(run.history, int(cfg.eval.final_window)),
+            "time_per_round": float(np.mean(times)) if times else math.nan,
+            "wall_time": float(np.sum(times)),
+            "final": {k: v for k, v in run.evaluator.last.items()},
+            **run.algorithm.finish(run.run_dir),
+            **(run.new_clients.summary(run.run_dir) if run.new_clients else {})}

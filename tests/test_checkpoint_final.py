@@ -11,6 +11,7 @@ import torch
 from conftest import make_cfg, run_cfg
 
 from fedbench import checkpoint as ckpt
+from fedbench.callbacks import Callback
 from fedbench.errors import ConfigError
 from fedbench.preemption import Preempted
 from fedbench.run import Run
@@ -62,11 +63,10 @@ def test_keep_complete_keeps_the_newest_checkpoints_and_model_pt_is_the_smaller_
     assert (run_dir2 / "model.pt").stat().st_size < 0.75 * (run_dir / "checkpoints" / "round_000002.pt").stat().st_size
 
 
-class SignalledAfterRound2(Run):
-    """A real SIGTERM to this process at the end of round 2 (as a scheduler's preemption would send it)."""
+class SignalInRound2(Callback):
+    """A real SIGTERM to this process in round 2 (as a scheduler's preemption would send it)."""
 
-    def _one_round(self, t):
-        super()._one_round(t)
+    def before_round(self, run, t):
         if t == 2:
             os.kill(os.getpid(), signal.SIGTERM)
 
@@ -76,7 +76,7 @@ def test_an_interrupted_run_keeps_its_checkpoint_and_resumes_to_the_same_result(
     reference = run_cfg(cfg, tmp_path / "reference")
     run_dir = tmp_path / "run"
     with pytest.raises(Preempted):
-        SignalledAfterRound2(cfg, run_dir).execute()
+        Run(cfg, run_dir, callbacks=[SignalInRound2()]).execute()
     assert ckpt.load_latest(run_dir, "cpu")["round"] == 1 and not (run_dir / "model.pt").exists()
     capsys.readouterr()
     resumed = run_cfg(cfg, run_dir)

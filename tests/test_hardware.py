@@ -8,9 +8,10 @@ import pytest
 import torch
 from conftest import make_cfg, run_cfg
 
+from fedbench.checkpoint import host_copy
 from fedbench.engine import numerics
 from fedbench.errors import ConfigError
-from fedbench.run import Run, host_copy
+from fedbench.run import Run
 
 
 @pytest.fixture
@@ -86,7 +87,7 @@ def test_round_snapshots_are_private_host_copies(tmp_path):
         wandb_id = None
 
     run.loggers = _Loggers()
-    snap = run._snapshot(0)["state"]["algorithm"]
+    snap = run.checkpointer.snapshot(0)["state"]["algorithm"]
     live = run.algorithm.state_dict()
     assert all(v.device.type == "cpu" and v.untyped_storage().data_ptr() != live["w"][k].untyped_storage().data_ptr()
                for k, v in snap["w"].items())
