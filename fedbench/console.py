@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import rundir
+from . import files
 
 LOG_NAME = "run.log"
 ROUND_METRICS = ("pers/acc", "global/acc", "train/loss")   # what a round's line shows, when the round has them
@@ -207,7 +207,7 @@ def round_table(run_dir: Path) -> None:
     w.writerow(columns)
     for row in rows:
         w.writerow(["" if not isinstance(row.get(k), (int, float)) else row[k] for k in columns])
-    with rundir.atomic(run_dir / "metrics.csv") as f:
+    with files.atomic(run_dir / "metrics.csv") as f:
         f.write(buf.getvalue())
     curves(rows, run_dir / "curves.png")
 

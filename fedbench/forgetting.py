@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 
 from .engine.stack import clone
 from .errors import ConfigError
-from .rundir import written
+from .files import written
 
 DOMINANT, NON_DOMINANT, MISSING = 0, 1, 2
 GROUP_NAMES = ("dominant", "non_dominant", "missing")

@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from .rundir import written  # noqa: E402
+from .files import written  # noqa: E402
 
 DPI = 150
 MIN_WIDTH_PX = 1050   # >= 1000 px: readable when a page or a slide scales the picture down

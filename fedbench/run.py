@@ -6,8 +6,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 from . import build, rundir
 from . import checkpoint as ckpt
 from .callbacks import DivergenceGuard
@@ -27,8 +25,7 @@ class Run:
         self.cfg, self.run_dir, self.group, self.provenance = cfg, Path(run_dir), group, provenance or {}
         self.rundir, self.checkpointer = rundir.RunDir(run_dir, cfg, group), ckpt.Checkpointer(self)
         self.extra_callbacks, self.validated = list(callbacks), False
-        self.guard: PreemptionGuard | None = None
-        self.loggers = self.status = None
+        self.guard = self.loggers = self.status = None
         self.check_finite = DivergenceGuard(self)   # after every local training call (algorithms call it)
 
     loss_reference = property(lambda self: self.check_finite.reference,
@@ -37,14 +34,12 @@ class Run:
     fm = property(lambda self: self.ctx.fm)   # the algorithm's context holds the model (MOON may replace it)
     initial_params = property(lambda self: self.ctx.initial[0])
     initial_buffers = property(lambda self: self.ctx.initial[1])
+    predict = property(lambda self: self.ctx.predict)   # (params, buffers, idx) -> logits, as algorithms get it
 
     def setup(self) -> None:
         """Everything before the first round (fedbench/build.py), the config validated first (once per run)."""
         self.validated = self.validated or validate(self.cfg) or True
         build.setup(self)
-
-    def predict(self, params, buffers, idx: list[np.ndarray]) -> list:
-        return self.ctx.predict(params, buffers, idx)
 
     def sample_clients(self, t: int):
         return build.sample_clients(self.cfg, self.data.num_clients, getattr(self, "new_clients", None), t)

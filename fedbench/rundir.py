@@ -6,9 +6,10 @@
   makes a second run stop at once with one line naming the directory and the holder.
 * :class:`Status` — ``status.json``: ``running`` (with the round, the time and an ETA), ``complete`` (only once the
   summary is written), ``failed`` / ``diverged`` / ``preempted`` (with the reason), rewritten atomically.
-* :func:`write_json` / :func:`atomic` — temporary file + rename: a reader never sees a half-written file, a failed
-  write leaves no temporary file and raises :class:`~fedbench.errors.WriteFailed` naming the path and the cause
-  (:func:`written`: the same for a file a library writes itself).
+* :func:`write_json` / :func:`atomic` (from :mod:`fedbench.files`, re-exported) — temporary file + rename: a reader
+  never sees a half-written file, a failed write leaves no temporary file and raises
+  :class:`~fedbench.errors.WriteFailed` naming the path and the cause (:func:`written`: the same for a file a library
+  writes itself).
 * :class:`RunDir` — the dir across a run's sessions (what :meth:`fedbench.run.Run.execute` does with it): a complete
   run skipped, another config's refused, old files archived (resume=false), a refused config's empty dir removed, a
   failure recorded, metrics.jsonl trimmed on resume; :func:`summary` is summary.json's content.
@@ -25,58 +26,14 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from .errors import ConfigError, Diverged, RunDirBusy, RunFailed, WriteFailed
+from .errors import ConfigError, Diverged, RunDirBusy, RunFailed
+from .files import atomic, read_json, write_json, written  # noqa: F401  (re-exported: a run's file writes)
 
 LOCK_NAME = ".fedbench.lock"
 
 
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
-
-
-@contextmanager
-def atomic(path: Path, mode: str = "w"):
-    """Open a temporary file next to ``path`` for writing; on success it replaces ``path`` atomically, on any
-    failure it is removed (an OSError becomes :class:`WriteFailed` naming ``path``)."""
-    path = Path(path)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    try:
-        with open(tmp, mode) as f:
-            yield f
-        os.replace(tmp, path)
-    except BaseException as e:
-        tmp.unlink(missing_ok=True)
-        if isinstance(e, OSError):
-            raise WriteFailed(path, e) from None
-        raise
-
-
-@contextmanager
-def written(path: Path):
-    """For a library that writes ``path`` itself (matplotlib, NumPy): an OSError removes the cut file and becomes
-    :class:`WriteFailed` naming ``path`` (their own errors do not always name it)."""
-    try:
-        yield path
-    except OSError as e:
-        Path(path).unlink(missing_ok=True)
-        raise WriteFailed(path, e) from None
-
-
-def write_json(path: Path, obj) -> None:
-    """Atomic JSON write (tmp + rename)."""
-    text = json.dumps(obj, indent=2, default=lambda o: o.tolist() if hasattr(o, "tolist") else str(o))
-    with atomic(path) as f:
-        f.write(text)
-
-
-def read_json(path: Path) -> tuple[object | None, str | None]:
-    """(content, None), (None, None) if absent, or (None, why) if it cannot be read (e.g. a torn write)."""
-    try:
-        return json.loads(Path(path).read_text()), None
-    except FileNotFoundError:
-        return None, None
-    except (OSError, ValueError) as e:
-        return None, f"{type(e).__name__}: {e}"
 
 
 class RunDirLock:

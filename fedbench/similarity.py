@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 from .algorithms.fedrema import mds, round_probes, soft_logit_similarity
 from .checks import boolean, int_at_least, number
 from .errors import ConfigError
-from .rundir import written
+from .files import written
 
 DIR = "head_similarity"
 

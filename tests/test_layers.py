@@ -3,7 +3,7 @@
 The layers, bottom to top (a module may import its own layer and the layers below it):
 
   foundation   errors, checks (config value checks), seeding, preemption: import nothing of fedbench but each other
-  files        rundir (atomic writes, run-dir status), plots (pictures): the algorithms' diagnostics write with them
+  files        files (atomic writes), plots (pictures): the algorithms' diagnostics write with them
   blocks       data (datasets, partitions), models (networks and their registry)
   engine       the local-training loop, optimizers, stacked models (engine/functional.py runs the models)
   shared       context (what an algorithm may use of its run), losses, prototypes, metrics, forgetting (FedKA's
@@ -12,7 +12,7 @@ The layers, bottom to top (a module may import its own layer and the layers belo
   algorithms   the registry and the methods (oneshot.py below ecl/lws/tau_norm/fedafa only by convention)
   monitors     evaluation, similarity, newclients, console, loggers: they run algorithms and report on them
   config       the run config's checks and the registry checks (imports the registries)
-  run          build, run, callbacks, checkpoint: a run put together from its config
+  run          build, run, callbacks, checkpoint, rundir: a run put together from its config, its dir's lifecycle
   top          the package itself (registers config's resolvers), cli, sweep, report, claims
 
 Every import counts: top-level, lazy (inside a function) and typing-only ones. Within a layer imports are free
@@ -29,7 +29,7 @@ PACKAGE = REPO / "fedbench"
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [   # bottom to top; names under fedbench ("" = the package itself)
     ("foundation", ("errors", "checks", "seeding", "preemption")),
-    ("files", ("rundir", "plots")),
+    ("files", ("files", "plots")),
     ("blocks", ("data", "models")),
     ("engine", ("engine",)),
     ("shared", ("context", "losses", "prototypes", "metrics", "forgetting")),
@@ -37,7 +37,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [   # bottom to top; names under fed
     ("algorithms", ("algorithms",)),
     ("monitors", ("evaluation", "similarity", "newclients", "console", "loggers")),
     ("config", ("config",)),
-    ("run", ("build", "run", "callbacks", "checkpoint")),
+    ("run", ("build", "run", "callbacks", "checkpoint", "rundir")),
     ("top", ("", "cli", "sweep", "report", "claims")),
 ]
 

@@ -14,7 +14,7 @@ from ..engine.executor import LocalJob, LocalResult
 from ..engine.optim import OptimSpec
 from ..engine.schedule import make_schedule
 from ..engine.stack import Stack, broadcast, rows, set_rows
-from ..rundir import written
+from ..files import written
 from .local import LocalInputs, LocalSpec
 
 

@@ -23,7 +23,7 @@ from ..engine.masking import pad_aware
 from ..engine.stack import broadcast
 from ..errors import ConfigError
 from ..forgetting import DOMINANT, GROUP_NAMES, MISSING, NON_DOMINANT, class_groups
-from ..rundir import written
+from ..files import written
 from . import register
 from .base import Algorithm
 from .local import LocalInputs

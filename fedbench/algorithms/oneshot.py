@@ -21,7 +21,7 @@ import torch
 from torch.func import functional_call
 
 from ..checks import boolean, int_at_least, number, one_of
-from ..engine.functional import cross_entropy, sub_state
+from ..engine.functional import sub_state
 from ..engine.masking import is_pad_aware
 from ..engine.stack import Stack, rows
 from ..errors import ConfigError
