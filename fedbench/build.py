@@ -5,6 +5,7 @@ Executor -> round results -> Evaluator -> Loggers. Everything that can be checke
 The order of :func:`setup` is part of a run's result: every random draw is keyed by (seed, purpose, ...) except the
 model's initial weights, drawn after ``seed_everything(seed, "init")`` right before the model is built.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -45,15 +46,16 @@ def pick_device(requested: str) -> torch.device:
                 return torch.device(f"cuda:{int(HydraConfig.get().job.num) % n}")
         return torch.device("cuda")
     if requested.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError("hardware.device", requested,
-                          "CUDA is not available on this machine; use hardware=cpu or hardware=auto")
+        raise ConfigError(
+            "hardware.device", requested, "CUDA is not available on this machine; use hardware=cpu or hardware=auto"
+        )
     return torch.device(requested)
 
 
 def hardware(hw) -> tuple[torch.device, torch.dtype]:
     """The device and dtype of a run (``hardware``); sets the thread pools and the numerics."""
     device = pick_device(hw.device)
-    if hw.threads:   # torch's and NumPy/SciPy's BLAS pools alike (server-side solvers use the latter)
+    if hw.threads:  # torch's and NumPy/SciPy's BLAS pools alike (server-side solvers use the latter)
         torch.set_num_threads(int(hw.threads))
         from threadpoolctl import threadpool_limits
 
@@ -66,8 +68,15 @@ def hardware(hw) -> tuple[torch.device, torch.dtype]:
 def federated_data(cfg, device: torch.device, dtype: torch.dtype) -> FederatedData:
     """The dataset, split over ``clients`` clients by the partition (``partition.seed``: ``${seed}`` by default)."""
     dataset = load_dataset(cfg.dataset, cache_dir=cfg.cache_dir)
-    part = make_partition(cfg.partition, dataset.y.numpy(), dataset.n_train, dataset.num_classes, int(cfg.clients),
-                          seeding.rng(int(cfg.partition.seed), "partition"), attrs=dataset.attrs)
+    part = make_partition(
+        cfg.partition,
+        dataset.y.numpy(),
+        dataset.n_train,
+        dataset.num_classes,
+        int(cfg.clients),
+        seeding.rng(int(cfg.partition.seed), "partition"),
+        attrs=dataset.attrs,
+    )
     return FederatedData.build(dataset, part, device, dtype, pin_memory=bool(cfg.hardware.pin_memory))
 
 
@@ -75,9 +84,16 @@ def model(cfg, data: FederatedData, device: torch.device, dtype: torch.dtype):
     """(executor, FModel) of the run; the initial weights are drawn from the global RNG (seeded by the caller)."""
     hw = cfg.hardware
     net = build_model(cfg.model, data.input_shape, data.num_classes).to(device, dtype)
-    executor = make_executor(hw.executor, device, hw.precision, bool(hw.channels_last), int(hw.eval_batch),
-                             workers=hw.get("workers", 1), max_memory=hw.get("max_memory"))
-    if executor.channels_last:   # the sequential executor on the CPU only (never under vmap)
+    executor = make_executor(
+        hw.executor,
+        device,
+        hw.precision,
+        bool(hw.channels_last),
+        int(hw.eval_batch),
+        workers=hw.get("workers", 1),
+        max_memory=hw.get("max_memory"),
+    )
+    if executor.channels_last:  # the sequential executor on the CPU only (never under vmap)
         net = net.to(memory_format=torch.channels_last)
     return executor, FModel(net)
 
@@ -100,11 +116,20 @@ def setup(run) -> None:
 
     seeding.seed_everything(cfg.seed, "init")
     run.executor, fm = model(cfg, run.data, run.device, run.dtype)
-    run.augment = build_augment(cfg.dataset)   # training-time augmentation (dataset.augment), or None
+    run.augment = build_augment(cfg.dataset)  # training-time augmentation (dataset.augment), or None
     # all an algorithm may use of the run (fedbench/context.py); the run reads fm and the initial model through it
-    run.ctx = Context(cfg, run.data, fm, run.executor, fm.init_state(run.dtype, run.device), run.augment,
-                      run.run_dir, publish=run.image, say=lambda line: say(run.loggers, line),
-                      observers=[lambda t, ids, res, phase: run.check_finite(t, ids, res)])
+    run.ctx = Context(
+        cfg,
+        run.data,
+        fm,
+        run.executor,
+        fm.init_state(run.dtype, run.device),
+        run.augment,
+        run.run_dir,
+        publish=run.image,
+        say=lambda line: say(run.loggers, line),
+        observers=[lambda t, ids, res, phase: run.check_finite(t, ids, res)],
+    )
     run.algorithm = ALGORITHMS[cfg.algorithm.name](run.ctx)
     run.algorithm.setup()
     run.evaluator = Evaluator(run)

@@ -14,6 +14,7 @@ an algorithm without being part of it — diagnostics, evaluation, logging, chec
 The order of ``run.callbacks`` (built by :func:`fedbench.build.callbacks`): the local-model monitors (forgetting,
 similarity), the evaluation, the new clients, the loggers, the checkpointer; extra callbacks given to ``Run`` last.
 """
+
 from __future__ import annotations
 
 import math
@@ -52,15 +53,15 @@ class LocalModelMonitors(Callback):
         self.forgetting, self.similarity = forgetting, similarity
 
     def before_round(self, run, t: int) -> None:
-        if self.forgetting:   # snapshot the round-start global model θ_g^r
+        if self.forgetting:  # snapshot the round-start global model θ_g^r
             self.forgetting.before_round(run.algorithm, t)
-        if self.similarity:   # after forgetting's: both read the round's local models
+        if self.similarity:  # after forgetting's: both read the round's local models
             self.similarity.before_round(run.algorithm, t)
 
     def after_round(self, run, t: int, metrics: dict) -> None:
-        if self.similarity:   # S of the trained local heads (before forgetting's after_round, which releases them)
+        if self.similarity:  # S of the trained local heads (before forgetting's after_round, which releases them)
             metrics.update(self.similarity.after_round(run.algorithm, t))
-        if self.forgetting:   # τ of each trained local model vs θ_g^r
+        if self.forgetting:  # τ of each trained local model vs θ_g^r
             metrics.update(self.forgetting.after_round(run.algorithm, t))
 
 
@@ -103,13 +104,20 @@ class Logging(Callback):
         title = f"{cfg.algorithm.name} | {cfg.dataset.name} | {cfg.partition.name}"
         # the W&B run of this run dir (a restart without a checkpoint resumes it too: no second W&B run)
         wandb_id = run.checkpointer.resumed_wandb_id or run.rundir.previous_status.get("wandb_id")
-        run.loggers = build_loggers(cfg, run.run_dir, title, start_round=t0, group=run.group, wandb_id=wandb_id,
-                                    on_wandb_state=lambda state: run.status.set(wandb=state))
+        run.loggers = build_loggers(
+            cfg,
+            run.run_dir,
+            title,
+            start_round=t0,
+            group=run.group,
+            wandb_id=wandb_id,
+            on_wandb_state=lambda state: run.status.set(wandb=state),
+        )
         run.status.set(wandb=run.loggers.wandb_state, wandb_id=run.loggers.wandb_id)
-        run.loggers.header(*header_lines(run, t0))   # run dir, what runs, on what (console and run.log)
+        run.loggers.header(*header_lines(run, t0))  # run dir, what runs, on what (console and run.log)
         if resumed:
             print(f"fedbench: resuming {run.run_dir} after round {t0}", file=sys.stderr)
-        else:   # round 0: the initial model
+        else:  # round 0: the initial model
             run.loggers.image("partition", run.partition_png, 0)
             first = run.evaluator(run.algorithm, 0)
             run.history.append({"round": 0, **first})
@@ -144,7 +152,7 @@ class DivergenceGuard:
 
     def __init__(self, run):
         self.run = run
-        self.reference: float | None = None   # saved in checkpoints (``loss_reference``)
+        self.reference: float | None = None  # saved in checkpoints (``loss_reference``)
 
     def __call__(self, t: int, clients: list[int], res) -> None:
         run = self.run
@@ -159,12 +167,13 @@ class DivergenceGuard:
             reference = uniform if self.reference is None else self.reference
             bad = loss > float(factor) * reference
             worst = float(loss[bad].max()) if bad.any() else 0
-            what = (f"training loss {worst:.3g} above divergence.factor={factor:g} "
-                    f"x the reference {reference:.3g}")
+            what = f"training loss {worst:.3g} above divergence.factor={factor:g} x the reference {reference:.3g}"
             if self.reference is None and not bad.any():
                 self.reference = max(float(loss.mean()), uniform)
         if bad.any():
             who = [clients[i] for i in torch.nonzero(bad).flatten().tolist()]
-            raise Diverged(f"diverged in round {t}: {what} on client(s) {who}; run dir {run.run_dir} (status.json: "
-                           f"diverged). Try a lower lr (now {run.cfg.lr}), optim.clip_grad_norm=10, or "
-                           "divergence.factor=null to stop only on non-finite values")
+            raise Diverged(
+                f"diverged in round {t}: {what} on client(s) {who}; run dir {run.run_dir} (status.json: "
+                f"diverged). Try a lower lr (now {run.cfg.lr}), optim.clip_grad_norm=10, or "
+                "divergence.factor=null to stop only on non-finite values"
+            )

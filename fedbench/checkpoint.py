@@ -10,6 +10,7 @@ file whose checksum does not match is skipped in favour of the previous one.
 Once a run is complete its checkpoints are deleted (``checkpoint.keep_complete`` keeps the newest N): a complete run is
 never resumed, and what it trained is kept, compact, in ``model.pt`` (:func:`save_final`, :func:`load_final`).
 """
+
 from __future__ import annotations
 
 import copy
@@ -99,7 +100,7 @@ def save(run_dir: Path, t: int, state: dict, keep: int = 2) -> Path:
         torch.save(_pack({"round": t, **state}), f)
         f.flush()
         os.fsync(f.fileno())
-        with atomic(path.with_suffix(".sha256")) as side:   # before the checkpoint appears (it is never loaded without)
+        with atomic(path.with_suffix(".sha256")) as side:  # before the checkpoint appears (it is never loaded without)
             side.write(_sha256(Path(f.name)))
     for old in sorted(d.glob("round_*.pt"))[:-keep]:
         old.unlink(missing_ok=True)
@@ -123,8 +124,18 @@ def save_final(run_dir: Path, t: int, algorithm, fingerprint: str) -> Path:
     state = {k: v for k, v in algorithm.state_dict().items() if k != "opt_state"}
     path = Path(run_dir) / FINAL
     with atomic(path, "wb") as f:
-        torch.save(_pack({"round": t, "algorithm": algorithm.name, "config_fingerprint": fingerprint,
-                          "global": algorithm.global_model(), "state": state}), f)
+        torch.save(
+            _pack(
+                {
+                    "round": t,
+                    "algorithm": algorithm.name,
+                    "config_fingerprint": fingerprint,
+                    "global": algorithm.global_model(),
+                    "state": state,
+                }
+            ),
+            f,
+        )
     return path
 
 
@@ -138,12 +149,12 @@ def prune(run_dir: Path, keep: int) -> None:
     directory goes when it is empty."""
     d = directory(run_dir)
     saved = sorted(d.glob("round_*.pt"))
-    for old in saved[:max(len(saved) - keep, 0)]:
+    for old in saved[: max(len(saved) - keep, 0)]:
         old.unlink(missing_ok=True)
         old.with_suffix(".sha256").unlink(missing_ok=True)
     try:
         d.rmdir()
-    except OSError:   # not empty (kept checkpoints) or absent
+    except OSError:  # not empty (kept checkpoints) or absent
         pass
 
 
@@ -156,7 +167,10 @@ def load_latest(run_dir: Path, device, warn=_warn) -> dict | None:
     for path in sorted(directory(run_dir).glob("round_*.pt"), reverse=True):
         side = path.with_suffix(".sha256")
         if not side.exists() or side.read_text().strip() != _sha256(path):
-            warn(f"fedbench: checkpoint {path.name} is corrupted or incomplete (checksum mismatch); trying the previous one")
+            warn(
+                f"fedbench: checkpoint {path.name} is corrupted or incomplete (checksum mismatch); "
+                "trying the previous one"
+            )
             continue
         try:
             return _unpack(torch.load(path, map_location="cpu", weights_only=True), device)
@@ -185,21 +199,29 @@ class Checkpointer(Callback):
 
     def __init__(self, run):
         self.run = run
-        self.boundary: dict | None = None   # {"round", "state"} of the last finished round, in host memory
-        self.resumed, self.resumed_wandb_id = False, None   # from a checkpoint, and its W&B run id
+        self.boundary: dict | None = None  # {"round", "state"} of the last finished round, in host memory
+        self.resumed, self.resumed_wandb_id = False, None  # from a checkpoint, and its W&B run id
 
     def monitors(self) -> dict:
         run = self.run
-        return {n: m for n in ("forgetting", "new_clients") if (m := getattr(run, n, None)) is not None
-                and hasattr(m, "state_dict")}
+        return {
+            n: m
+            for n in ("forgetting", "new_clients")
+            if (m := getattr(run, n, None)) is not None and hasattr(m, "state_dict")
+        }
 
     def state(self) -> dict:
         run = self.run
-        return {"algorithm": run.algorithm.state_dict(), "history": run.history, "times": run.times,
-                "evaluator_last": run.evaluator.last, "wandb_id": run.loggers.wandb_id,
-                "loss_reference": run.loss_reference,
-                "config_fingerprint": fingerprint(run.cfg),
-                "monitors": {n: m.state_dict() for n, m in self.monitors().items()}}
+        return {
+            "algorithm": run.algorithm.state_dict(),
+            "history": run.history,
+            "times": run.times,
+            "evaluator_last": run.evaluator.last,
+            "wandb_id": run.loggers.wandb_id,
+            "loss_reference": run.loss_reference,
+            "config_fingerprint": fingerprint(run.cfg),
+            "monitors": {n: m.state_dict() for n, m in self.monitors().items()},
+        }
 
     def snapshot(self, t: int) -> dict:
         """A private copy of the state at a round boundary (saved if a signal interrupts the next round), in host
@@ -210,14 +232,18 @@ class Checkpointer(Callback):
         """Continue from the checkpoint ``saved`` (its round is returned)."""
         run = self.run
         if saved.get("config_fingerprint") != fingerprint(run.cfg):
-            raise ConfigError("resume", True, f"the checkpoint in {run.run_dir} was written by a different config; "
-                              "use another hydra.run.dir or resume=false")
+            raise ConfigError(
+                "resume",
+                True,
+                f"the checkpoint in {run.run_dir} was written by a different config; "
+                "use another hydra.run.dir or resume=false",
+            )
         run.algorithm.load_state_dict(saved["algorithm"])
         run.history, run.times = saved["history"], saved["times"]
         run.evaluator.last = saved["evaluator_last"]
         for n, m in self.monitors().items():
             m.load_state_dict(saved["monitors"].get(n, {}))
-        run.loss_reference = saved.get("loss_reference")
+        run.check_finite.reference = saved.get("loss_reference")
         self.resumed, self.resumed_wandb_id = True, saved.get("wandb_id")
         t0 = int(saved["round"])
         run.rundir.trim_metrics(t0)

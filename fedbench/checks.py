@@ -4,6 +4,7 @@ allowed, ``allowed`` says in words what is (for the one-line ConfigError naming 
 Used by the run's config table (:mod:`fedbench.config`), by the algorithms' ``Algorithm.checked_hp`` and by the
 diagnostics. Imports nothing of fedbench, so every layer may use it.
 """
+
 from __future__ import annotations
 
 import math
@@ -49,20 +50,28 @@ def boolean():
 
 
 def device():
-    return (lambda v: isinstance(v, str) and re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", v) is not None,
-            "auto, cpu, cuda or cuda:<index>")
+    return (
+        lambda v: isinstance(v, str) and re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", v) is not None,
+        "auto, cpu, cuda or cuda:<index>",
+    )
 
 
 def text(optional=False):
-    return (lambda v: (v is None and optional) or (isinstance(v, str) and v != ""),
-            "a non-empty string" + (" or null" if optional else ""))
+    return (
+        lambda v: (v is None and optional) or (isinstance(v, str) and v != ""),
+        "a non-empty string" + (" or null" if optional else ""),
+    )
 
 
 def list_of(ok_item, allowed: str, length: int | None = None):
     from omegaconf import ListConfig
 
-    return (lambda v: isinstance(v, (list, ListConfig)) and (length is None or len(v) == length)
-            and all(ok_item(x) for x in v), allowed)
+    return (
+        lambda v: (
+            isinstance(v, (list, ListConfig)) and (length is None or len(v) == length) and all(ok_item(x) for x in v)
+        ),
+        allowed,
+    )
 
 
 __all__ = ["is_int", "int_at_least", "number", "one_of", "boolean", "device", "text", "list_of"]

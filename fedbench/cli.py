@@ -4,6 +4,7 @@ Before handing over to Hydra, overrides are checked against the config tree, so 
 group option, an unknown key or a bad value is reported as one line (key, value, what is
 allowed) with exit code 2, before anything runs — for every value of a multirun sweep too.
 """
+
 from __future__ import annotations
 
 import functools
@@ -21,6 +22,7 @@ from .config import dirname
 from .errors import ConfigError, Diverged, RunDirBusy, RunFailed
 from .preemption import Preempted, hand_over
 from .sweep import SWEEP_FAILED, journal, lost_jobs
+
 CONF_DIR = Path(os.environ.get("FEDBENCH_CONF", Path(__file__).resolve().parent.parent / "conf"))
 GROUPS = ("algorithm", "dataset", "partition", "model", "hardware", "logger", "experiment")
 
@@ -38,15 +40,20 @@ EXTENSIONS = ("data_schedule",)
 
 def experiments() -> list[str]:
     """The experiment configs a user runs (`+experiment=...`): the paper tables and figures, smoke. Not the parts the
-    tables include or sweep over (``<paper>/setting``, ``<paper>/setting/*``, ``<paper>/column/*``, ``<paper>/arm/*``)."""
+    tables include or sweep over (``<paper>/setting``, ``<paper>/setting/*``, ``<paper>/column/*``,
+    ``<paper>/arm/*``)."""
     return [o for o in options("experiment") if len(Path(o).parts) <= 2 and Path(o).name != "setting"]
 
 
 def help_groups() -> str:
     """The config groups of ``fedbench --help`` (conf/hydra/help): the ones a user chooses, not fedbench's internal
     ones (claims, dataset_defaults, the tables' parts)."""
-    return "\n".join([*(f"{g}: {', '.join(options(g))}" for g in GROUPS if g != "experiment"),
-                      f"+experiment (paper tables and figures; add -m for the sweep): {', '.join(experiments())}"])
+    return "\n".join(
+        [
+            *(f"{g}: {', '.join(options(g))}" for g in GROUPS if g != "experiment"),
+            f"+experiment (paper tables and figures; add -m for the sweep): {', '.join(experiments())}",
+        ]
+    )
 
 
 def _did_you_mean(word: str, candidates) -> str:
@@ -65,7 +72,7 @@ def fail(msg: str, code: int = 2):
 def _values(o) -> list[str]:
     if o.is_sweep_override():
         return [str(v) for v in o.sweep_string_iterator()]
-    return [o.input_line.split("=", 1)[1]]   # as typed, so quoting survives being composed again
+    return [o.input_line.split("=", 1)[1]]  # as typed, so quoting survives being composed again
 
 
 def _key(o) -> str:
@@ -81,7 +88,6 @@ def precheck(args: list[str]) -> None:
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
-    from omegaconf import OmegaConf
 
     from .config import validate
 
@@ -97,15 +103,17 @@ def precheck(args: list[str]) -> None:
         key = o.key_or_group
         if key.startswith("hydra"):
             continue
-        if o.is_delete():   # ~key / ~group: every key of the config is used by the run
+        if o.is_delete():  # ~key / ~group: every key of the config is used by the run
             deleted.append(key)
             continue
-        if key.split("/")[0] in GROUPS:   # a group, or a group nested in one (experiment/cafeme/column@_global_=...)
+        if key.split("/")[0] in GROUPS:  # a group, or a group nested in one (experiment/cafeme/column@_global_=...)
             allowed = experiments() if key == "experiment" else options(key)
             for v in _values(o):
                 if v in options(key) and v not in allowed:
-                    fail(f"invalid config: {key}={v!r} — a part that the paper tables include, not an experiment of "
-                         f"its own; one of {', '.join(allowed)}")
+                    fail(
+                        f"invalid config: {key}={v!r} — a part that the paper tables include, not an experiment of "
+                        f"its own; one of {', '.join(allowed)}"
+                    )
                 if v not in allowed:
                     fail(f"invalid config: {key}={v!r} — {_did_you_mean(v, allowed)}one of {', '.join(allowed)}")
             groups.append(o)
@@ -123,12 +131,14 @@ def precheck(args: list[str]) -> None:
                 fail(f"invalid config: ~{key} removes a required group — choose one of {', '.join(options(key))}")
             if _node(cfg, key) is not None:
                 fail(f"invalid config: {key}=<removed> — the run needs it: {_allowed(cfg, key)} (remove the ~)")
-        for o in keys:   # with or without +: a key nothing reads would be ignored silently
+        for o in keys:  # with or without +: a key nothing reads would be ignored silently
             key = o.key_or_group
             if _node(cfg, key) is None and key.split(".")[0] not in EXTENSIONS:
                 added = f"{_key(o)}=... adds a key that nothing reads; " if o.is_add() or o.is_force_add() else ""
-                fail(f"invalid config: unknown key {key!r} — {added}{_did_you_mean(key, _paths(cfg))}"
-                     "(`fedbench --cfg job` lists the keys)")
+                fail(
+                    f"invalid config: unknown key {key!r} — {added}{_did_you_mean(key, _paths(cfg))}"
+                    "(`fedbench --cfg job` lists the keys)"
+                )
         # vary one override at a time over its sweep values; every resulting config must validate
         singles = [f"{_key(o)}={_values(o)[0]}" for o in keys]
         todo = [base + singles]
@@ -196,7 +206,10 @@ def _allowed(cfg, key: str) -> str:
     if key in CHECKS:
         return CHECKS[key][1]
     default = OmegaConf.select(cfg, key, throw_on_resolution_failure=False, throw_on_missing=False)
-    return f"{_kind(default)} like the default {OmegaConf.to_container(default) if OmegaConf.is_config(default) else default!r}"
+    return (
+        f"{_kind(default)} like the default "
+        f"{OmegaConf.to_container(default) if OmegaConf.is_config(default) else default!r}"
+    )
 
 
 def _kind(v) -> str:
@@ -231,7 +244,7 @@ def _check_types(defaults, cfg, keys: list[str]) -> None:
             continue
         if isinstance(d, bool):
             ok = isinstance(v, bool)
-        elif isinstance(d, (int, float)):   # ints and floats alike: integer-only keys have their own check
+        elif isinstance(d, (int, float)):  # ints and floats alike: integer-only keys have their own check
             ok = isinstance(v, (int, float)) and not isinstance(v, bool)
         elif isinstance(d, str):
             ok = isinstance(v, str)
@@ -271,8 +284,12 @@ def _check_data(cfg) -> None:
     if d.name in _GENERATED or d.get("download") or (d.get("cache") and _cache_file(d, cfg.cache_dir).is_file()):
         return
     if not Path(str(d.root)).is_dir():
-        raise ConfigError("dataset.root", str(d.root), f"a folder holding {d.name} ({Path(str(d.root)).resolve()} does "
-                          "not exist): add data_root=<folder> (e.g. data_root=../shared/data) or export FEDBENCH_DATA")
+        raise ConfigError(
+            "dataset.root",
+            str(d.root),
+            f"a folder holding {d.name} ({Path(str(d.root)).resolve()} does "
+            "not exist): add data_root=<folder> (e.g. data_root=../shared/data) or export FEDBENCH_DATA",
+        )
 
 
 def _check_output_dir(parsed, multirun: bool) -> None:
@@ -290,7 +307,7 @@ def _check_output_dir(parsed, multirun: bool) -> None:
         fail(f"invalid config: {key}={template!r} — a writable location ({path} is not writable)")
 
 
-OmegaConf.register_new_resolver("fb_help_groups", help_groups, replace=True)   # conf/hydra/help/fedbench.yaml
+OmegaConf.register_new_resolver("fb_help_groups", help_groups, replace=True)  # conf/hydra/help/fedbench.yaml
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
@@ -311,9 +328,9 @@ def _task(cfg: DictConfig):
         saved = getattr(e, "checkpoint", None)
         where = f"checkpoint saved in {run_dir}" if saved else f"nothing to save yet in {run_dir}"
         print(f"fedbench: {e} received: {where}; re-run the same command to resume", file=sys.stderr, flush=True)
-        hand_over(e.signum)   # e.g. submitit's USR2 handler: requeue this job (it resumes from the checkpoint)
+        hand_over(e.signum)  # e.g. submitit's USR2 handler: requeue this job (it resumes from the checkpoint)
         sys.exit(128 + e.signum)
-    except Exception as e:   # one line, never a traceback; in a sweep the next job goes on
+    except Exception as e:  # one line, never a traceback; in a sweep the next job goes on
         e = _as_typed(e, cfg, hc)
         code = 2 if isinstance(e, ConfigError) else 1
         outcome = "busy" if isinstance(e, RunDirBusy) else "diverged" if isinstance(e, Diverged) else "failed"
@@ -328,10 +345,19 @@ def _task(cfg: DictConfig):
         summary = None
     finally:
         gc.collect()  # a run's objects reference each other; free its data and models before the sweep's next job
-    if multirun:   # one line per job in <sweep dir>/jobs.jsonl: the sweep's summary reads it (any launcher)
-        journal(Path(hc.sweep.dir), {"launch": os.environ.get("FEDBENCH_LAUNCH"), "job": hc.job.num, "dir": str(run_dir),
-                                      "status": outcome, "error": error, "overrides": list(hc.overrides.task),
-                                      "seconds": round(time.time() - started, 1)})
+    if multirun:  # one line per job in <sweep dir>/jobs.jsonl: the sweep's summary reads it (any launcher)
+        journal(
+            Path(hc.sweep.dir),
+            {
+                "launch": os.environ.get("FEDBENCH_LAUNCH"),
+                "job": hc.job.num,
+                "dir": str(run_dir),
+                "status": outcome,
+                "error": error,
+                "overrides": list(hc.overrides.task),
+                "seconds": round(time.time() - started, 1),
+            },
+        )
     return summary.get("metrics") if summary else None
 
 
@@ -361,18 +387,34 @@ def table_note(args: list[str]) -> str | None:
     params = (((yaml.safe_load(path.read_text()) or {}).get("hydra") or {}).get("sweeper") or {}).get("params")
     if not params:
         return None
-    return (f"+experiment={exp} without -m is one run (one cell of the table); add -m to run its sweep over "
-            f"{', '.join(params)}")
+    return (
+        f"+experiment={exp} without -m is one run (one cell of the table); add -m to run its sweep over "
+        f"{', '.join(params)}"
+    )
 
 
-NEUTRAL_PREFIXES = ("hydra.", "hydra/", "resume=", "logger", "hardware.threads=", "checkpoint.", "data_root=", "cache_dir=",
-                    "dataset.root=", "dataset.download=")
+NEUTRAL_PREFIXES = (
+    "hydra.",
+    "hydra/",
+    "resume=",
+    "logger",
+    "hardware.threads=",
+    "checkpoint.",
+    "data_root=",
+    "cache_dir=",
+    "dataset.root=",
+    "dataset.download=",
+)
 
 
 def sweep_dir(args: list[str]) -> str:
     """A multirun's dir, named after its command line: the same command finds the same dir again,
     so a re-launched sweep skips its complete runs and resumes the partial ones."""
-    parts = [a.lstrip("+~") for a in args if "=" in a and not a.startswith("-") and not a.lstrip("+~").startswith(NEUTRAL_PREFIXES)]
+    parts = [
+        a.lstrip("+~")
+        for a in args
+        if "=" in a and not a.startswith("-") and not a.lstrip("+~").startswith(NEUTRAL_PREFIXES)
+    ]
     return f"outputs/multirun/{dirname(','.join(parts))}"
 
 
@@ -383,7 +425,7 @@ def complete_experiment(args: list[str]) -> bool:
 
     if not any(a.startswith("query=") for a in args) or "COMP_LINE" not in os.environ:
         return False
-    line = os.environ["COMP_LINE"][:int(os.environ.get("COMP_POINT", 10**6))]
+    line = os.environ["COMP_LINE"][: int(os.environ.get("COMP_POINT", 10**6))]
     m = re.fullmatch(r"(\+{0,2})experiment=(\S*)", line.split(" ")[-1])
     if m is None:
         return False
@@ -393,11 +435,13 @@ def complete_experiment(args: list[str]) -> bool:
 
 def main() -> None:
     args = sys.argv[1:]
-    SWEEP_FAILED.clear()   # a failed job of an earlier sweep run in this process (tests, notebooks) is not this one's
+    SWEEP_FAILED.clear()  # a failed job of an earlier sweep run in this process (tests, notebooks) is not this one's
     if any(a in ("--shell-completion", "-sc") for a in args) and complete_experiment(args):
         return
-    if not any(a in ("--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc") or a.startswith("--info")
-               for a in args):
+    if not any(
+        a in ("--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc") or a.startswith("--info")
+        for a in args
+    ):
         precheck(args)
         if note := table_note(args):
             print(f"fedbench: {note}", file=sys.stderr)
@@ -407,12 +451,12 @@ def main() -> None:
             sys.argv.insert(pos, f"hydra.sweep.dir='{sweep_dir(args)}'")
     try:
         _task()
-    except SystemExit as e:   # Hydra ended a multirun early: a launcher (submitit) got no result from a job
+    except SystemExit as e:  # Hydra ended a multirun early: a launcher (submitit) got no result from a job
         multirun = any(a in ("-m", "--multirun") for a in args)
         if multirun and e.code not in (None, 0) and not SWEEP_FAILED and os.environ.get("FEDBENCH_LAUNCH"):
             lost_jobs(_given_sweep_dir(sys.argv), os.environ["FEDBENCH_LAUNCH"])
         raise
-    if SWEEP_FAILED:   # the sweep's summary line was printed by SweepSummary
+    if SWEEP_FAILED:  # the sweep's summary line was printed by SweepSummary
         sys.exit(1)
 
 

@@ -5,6 +5,7 @@ need the data (more clients than samples, a model that does not fit the input sh
 data roots, ...) are made by the dataset, partition and model builders, still before training.
 The README's "Config checks" table lists them all.
 """
+
 from __future__ import annotations
 
 import re
@@ -14,7 +15,7 @@ from omegaconf import OmegaConf
 from .checks import boolean, device, int_at_least, is_int, list_of, number, one_of, text
 from .errors import ConfigError
 
-F32_MAX = 3.4e38   # a larger learning rate is inf in float32: the first step would wipe the model
+F32_MAX = 3.4e38  # a larger learning rate is inf in float32: the first step would wipe the model
 
 
 CHECKS: dict[str, tuple] = {
@@ -52,9 +53,10 @@ CHECKS: dict[str, tuple] = {
     "eval.similarity.probe_scale": number(0, None, lo_open=True),
     "eval.similarity.symmetric_temperature": boolean(),
     "eval.similarity.ignore_self_gap": boolean(),
-    "eval.similarity.save_rounds": list_of(lambda x: is_int(x) and x >= 1,
-                                           "a list of rounds >= 1, e.g. [1, 50, 100, 150]"),
-    "eval.new_clients.enabled": boolean(),   # its other keys: fedbench.newclients.CHECKS
+    "eval.similarity.save_rounds": list_of(
+        lambda x: is_int(x) and x >= 1, "a list of rounds >= 1, e.g. [1, 50, 100, 150]"
+    ),
+    "eval.new_clients.enabled": boolean(),  # its other keys: fedbench.newclients.CHECKS
     "eval.new_clients.lr_pfl": number(0, None, lo_open=True),
     "divergence.factor": number(1, None, lo_open=True, optional=True),
     "scale": number(0, None, lo_open=True),
@@ -87,7 +89,7 @@ CHECKS: dict[str, tuple] = {
     "hardware.workers": (lambda v: v == "auto" or (is_int(v) and v >= 1), "auto or an integer >= 1"),
     "hardware.channels_last": boolean(),
     "hardware.tf32": boolean(),
-    "hardware.max_memory": number(0, None, lo_open=True, optional=True),   # bytes, or a fraction (<= 1) of the device's
+    "hardware.max_memory": number(0, None, lo_open=True, optional=True),  # bytes, or a fraction (<= 1) of the device's
     "hardware.pin_memory": boolean(),
     "hardware.eval_batch": int_at_least(1),
     "logger.wandb.mode": one_of("auto", "online", "offline", "disabled"),
@@ -102,7 +104,8 @@ CHECKS: dict[str, tuple] = {
 
 
 def _source_key(cfg, key: str) -> str:
-    """The key the user set: ``eval.forgetting.gamma: ${oc.select:algorithm.gamma,0.05}`` is reported as ``algorithm.gamma``."""
+    """The key the user set: ``eval.forgetting.gamma: ${oc.select:algorithm.gamma,0.05}`` is reported as
+    ``algorithm.gamma``."""
     parent, _, leaf = key.rpartition(".")
     node = OmegaConf.select(cfg, parent) if parent else cfg
     if node is None or not OmegaConf.is_interpolation(node, leaf):

@@ -8,6 +8,7 @@
   run (complete, failed or preempted) the per-round table ``metrics.csv`` and the curves ``curves.png``, rebuilt from
   ``metrics.jsonl`` (one row per round, as that file holds them after a resume).
 """
+
 from __future__ import annotations
 
 import csv
@@ -21,10 +22,13 @@ from pathlib import Path
 from . import files
 
 LOG_NAME = "run.log"
-ROUND_METRICS = ("pers/acc", "global/acc", "train/loss")   # what a round's line shows, when the round has them
-HEADLINE = ("pers/acc", "global/acc")                       # best/final of these at the end
-LABELS = {"pers/acc": "personalized (pers/acc)", "global/acc": "global model (global/acc)",
-          "train/loss": "local training (train/loss)"}
+ROUND_METRICS = ("pers/acc", "global/acc", "train/loss")  # what a round's line shows, when the round has them
+HEADLINE = ("pers/acc", "global/acc")  # best/final of these at the end
+LABELS = {
+    "pers/acc": "personalized (pers/acc)",
+    "global/acc": "global model (global/acc)",
+    "train/loss": "local training (train/loss)",
+}
 
 
 def clock(seconds: float) -> str:
@@ -42,19 +46,24 @@ def evaluated(metrics: dict) -> bool:
 def round_line(t: int, rounds: int, metrics: dict, elapsed: float, eta: float | None) -> str:
     """``round 3/20  pers/acc 0.8123  train/loss 0.4123  elapsed 0:00:12  eta 0:01:05``."""
     shown = [f"{k} {float(metrics[k]):.4f}" for k in ROUND_METRICS if isinstance(metrics.get(k), (int, float))]
-    return "  ".join([f"round {t}/{rounds}", *shown, f"elapsed {clock(elapsed)}",
-                      f"eta {clock(eta) if eta is not None else '-'}"])
+    return "  ".join(
+        [f"round {t}/{rounds}", *shown, f"elapsed {clock(elapsed)}", f"eta {clock(eta) if eta is not None else '-'}"]
+    )
 
 
 def header_lines(run, start_round: int) -> list[str]:
     """Where the run is and what it runs (printed before round 0, or before the first round of a resumed run)."""
     cfg = run.cfg
     executor = type(run.executor).__name__.removesuffix("Executor").lower()
-    what = (f"{cfg.algorithm.name} on {cfg.dataset.name}, partition {cfg.partition.name}, model {cfg.model.name}, "
-            f"seed {cfg.seed}, {cfg.rounds} round{'s' * (int(cfg.rounds) != 1)}, {cfg.clients} clients")
-    lines = [f"fedbench: run dir {run.run_dir}",
-             f"fedbench: {what}",
-             f"fedbench: device {run.device}, executor {executor}, precision {cfg.hardware.precision}"]
+    what = (
+        f"{cfg.algorithm.name} on {cfg.dataset.name}, partition {cfg.partition.name}, model {cfg.model.name}, "
+        f"seed {cfg.seed}, {cfg.rounds} round{'s' * (int(cfg.rounds) != 1)}, {cfg.clients} clients"
+    )
+    lines = [
+        f"fedbench: run dir {run.run_dir}",
+        f"fedbench: {what}",
+        f"fedbench: device {run.device}, executor {executor}, precision {cfg.hardware.precision}",
+    ]
     if start_round:
         lines.append(f"fedbench: resumed after round {start_round}")
     return lines
@@ -67,11 +76,15 @@ def end_lines(run_dir: Path, summary: dict, rounds: int, wall: float) -> list[st
     for k in HEADLINE:
         s = summary.get("metrics", {}).get(k)
         if s:
-            parts.append(f"{k} best {s['best']:.4f} (round {s['best_round']}), last {s['last']:.4f}, "
-                         f"final {s['final']:.4f} (mean of the last evaluations, eval.final_window)")
-    return [f"fedbench: {summary.get('status', 'done')}, {rounds} round{'s' * (rounds != 1)} in {clock(wall)}; "
-            + ("; ".join(parts) or "no accuracy recorded"),
-            f"fedbench: run dir {run_dir}"]
+            parts.append(
+                f"{k} best {s['best']:.4f} (round {s['best_round']}), last {s['last']:.4f}, "
+                f"final {s['final']:.4f} (mean of the last evaluations, eval.final_window)"
+            )
+    return [
+        f"fedbench: {summary.get('status', 'done')}, {rounds} round{'s' * (rounds != 1)} in {clock(wall)}; "
+        + ("; ".join(parts) or "no accuracy recorded"),
+        f"fedbench: run dir {run_dir}",
+    ]
 
 
 class ConsoleSink:
@@ -89,18 +102,31 @@ class ConsoleSink:
         self.log_file = None
         try:
             self.log_file = open(self.run_dir / LOG_NAME, "a", encoding="utf-8")
-        except OSError:   # a run dir that cannot be written fails the run with its own line (metrics.jsonl, status.json)
+        except OSError:  # a run dir that cannot be written fails the run with its own line (metrics.jsonl, status.json)
             pass
         self.console = self.progress = None
         if self.live:
             from rich.console import Console
-            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                                       TimeRemainingColumn)
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
 
             self.console = Console()
-            self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                     TextColumn("{task.fields[stats]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-                                     console=self.console, transient=False)
+            self.progress = Progress(
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[stats]}"),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                console=self.console,
+                transient=False,
+            )
             self.task = self.progress.add_task(title, total=self.rounds, completed=start_round, stats="")
 
     def note(self, *lines: str) -> None:
@@ -123,7 +149,7 @@ class ConsoleSink:
                 self.log_file.write(line + "\n")
                 self.log_file.flush()
             except OSError:
-                pass   # the run's record is metrics.jsonl (whose write failure fails the run); the log is a copy
+                pass  # the run's record is metrics.jsonl (whose write failure fails the run); the log is a copy
 
     def log(self, step: int, metrics: dict) -> None:
         if self.live and not self.progress.live.is_started:
@@ -137,8 +163,9 @@ class ConsoleSink:
             if self.show and not self.live:
                 print(line, flush=True)
         if self.live:
-            stats = "  ".join(f"{k}={float(metrics[k]):.4f}" for k in ROUND_METRICS
-                              if isinstance(metrics.get(k), (int, float)))
+            stats = "  ".join(
+                f"{k}={float(metrics[k]):.4f}" for k in ROUND_METRICS if isinstance(metrics.get(k), (int, float))
+            )
             self.progress.update(self.task, completed=step, **({"stats": stats} if stats else {}))
 
     def image(self, key, path, step) -> None:
@@ -154,8 +181,10 @@ class ConsoleSink:
             for col in ("best", "final", "last"):
                 table.add_column(col, justify="right")
             for name, s in summary.get("metrics", {}).items():
-                table.add_row(name, *(f"{s[c]:.4f}" if isinstance(s.get(c), (int, float)) else "-"
-                                      for c in ("best", "final", "last")))
+                table.add_row(
+                    name,
+                    *(f"{s[c]:.4f}" if isinstance(s.get(c), (int, float)) else "-" for c in ("best", "final", "last")),
+                )
             self.console.print(table)
         self.note(*end_lines(self.run_dir, summary, self.rounds - self.start_round, time.perf_counter() - self.t0))
 
@@ -164,10 +193,14 @@ class ConsoleSink:
             self.progress.stop()
         try:
             round_table(self.run_dir)
-        except Exception as e:   # a convenience: the run's record is metrics.jsonl (a failed run's one line is its error)
+        except (
+            Exception
+        ) as e:  # a convenience: the run's record is metrics.jsonl (a failed run's one line is its error)
             if status == "complete":
-                print(f"fedbench: could not write metrics.csv / curves.png in {self.run_dir}: {type(e).__name__}: {e}",
-                      file=sys.stderr)
+                print(
+                    f"fedbench: could not write metrics.csv / curves.png in {self.run_dir}: {type(e).__name__}: {e}",
+                    file=sys.stderr,
+                )
         if self.log_file is not None:
             try:
                 self.log_file.close()
@@ -200,8 +233,11 @@ def round_table(run_dir: Path) -> None:
         return
     columns: list[str] = []
     for row in rows:
-        columns += [k for k, v in row.items() if k not in columns and not k.startswith("image/")
-                    and (v is None or isinstance(v, (int, float)))]
+        columns += [
+            k
+            for k, v in row.items()
+            if k not in columns and not k.startswith("image/") and (v is None or isinstance(v, (int, float)))
+        ]
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(columns)
@@ -232,7 +268,7 @@ def curves_figure(rows: list[dict]):
                 ax.plot(*zip(*pts), marker="o" if len(pts) < 30 else None, markersize=3, label=LABELS[k])
         ax.set_xlabel("round")
         ax.set_ylabel(label)
-        ax.set_xlim(first - max(0.5, (last - first) / 40), last + max(0.5, (last - first) / 40))   # all rounds
+        ax.set_xlim(first - max(0.5, (last - first) / 40), last + max(0.5, (last - first) / 40))  # all rounds
         integer_ticks(ax)
         if ax.get_legend_handles_labels()[0]:
             ax.legend()

@@ -3,6 +3,7 @@
 The run builds one context after the data, the model and the executor, before the algorithm
 (``ALGORITHMS[name](ctx)``); a test can build one without a run (tests/test_context.py).
 """
+
 from __future__ import annotations
 
 import sys
@@ -30,15 +31,15 @@ def _stderr(line: str) -> None:
 
 @dataclass(eq=False)
 class Context:
-    cfg: DictConfig                 # the resolved run config (algorithm hyperparameters: cfg.algorithm)
+    cfg: DictConfig  # the resolved run config (algorithm hyperparameters: cfg.algorithm)
     data: FederatedData
-    fm: FModel                      # the model every part of the run evaluates with (MOON may replace it in setup)
+    fm: FModel  # the model every part of the run evaluates with (MOON may replace it in setup)
     executor: Executor
-    initial: tuple[Stack, Stack]    # the initial global model (params, buffers), shared by all algorithms of a run
-    augment: object | None          # training-time augmentation or None
-    out_dir: Path                   # the run dir: diagnostics/ and finish() artefacts go here
-    publish: Callable[[str, Path, int], None] = _no_publish   # log a picture (key, png path, round)
-    say: Callable[[str], None] = _stderr                      # one line for the console and run.log
+    initial: tuple[Stack, Stack]  # the initial global model (params, buffers), shared by all algorithms of a run
+    augment: object | None  # training-time augmentation or None
+    out_dir: Path  # the run dir: diagnostics/ and finish() artefacts go here
+    publish: Callable[[str, Path, int], None] = _no_publish  # log a picture (key, png path, round)
+    say: Callable[[str], None] = _stderr  # one line for the console and run.log
     # called after EVERY local_train call with (t, client ids, result, phase): the divergence guard, the
     # forgetting and similarity monitors (which keep the round's phase "train" result)
     observers: list[Callable[[int, list[int], LocalResult, str], None]] = field(default_factory=list)

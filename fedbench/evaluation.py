@@ -3,6 +3,7 @@ accuracy (on the global test set), with per-client and per-class detail; best/fi
 
 The same for every method: an algorithm's own predictors and metrics come in through its hooks
 (:meth:`Algorithm.client_logits`, :meth:`Algorithm.class_acc_metrics`), the metrics from fedbench/metrics.py."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -23,7 +24,7 @@ class Evaluator:
         data = self.data
         clients = torch.arange(data.num_clients)
         test_idx = [data.test_idx[k] for k in range(data.num_clients)]
-        outputs = algo.client_logits(clients, test_idx, t)   # None: one plain model per client
+        outputs = algo.client_logits(clients, test_idx, t)  # None: one plain model per client
         if outputs is None:
             outputs = self.client_model_logits(algo, clients, test_idx, t)
             if outputs is None:
@@ -40,12 +41,17 @@ class Evaluator:
         cls_acc = np.divide(correct, total, out=np.zeros_like(correct, dtype=float), where=total > 0)
         present_acc = present_class_accuracy(cls_acc, data.counts, total)
         self.last["pers_client_acc"] = acc.tolist()
-        self.last["pers_class_acc"] = np.divide(correct.sum(0), total.sum(0), out=np.zeros(C), where=total.sum(0) > 0).tolist()
+        self.last["pers_class_acc"] = np.divide(
+            correct.sum(0), total.sum(0), out=np.zeros(C), where=total.sum(0) > 0
+        ).tolist()
         self.last["pers_client_class_acc"] = cls_acc.tolist()
-        out = {"pers/acc": float(correct.sum() / max(1, n.sum())),
-               "pers/acc_mean": float(acc[has].mean()), "pers/acc_std": float(acc[has].std()),
-               "pers/acc_present_classes": float(np.nanmean(present_acc))}
-        out.update(algo.class_acc_metrics(np.where(total > 0, cls_acc, np.nan)))   # the method's own
+        out = {
+            "pers/acc": float(correct.sum() / max(1, n.sum())),
+            "pers/acc_mean": float(acc[has].mean()),
+            "pers/acc_std": float(acc[has].std()),
+            "pers/acc_present_classes": float(np.nanmean(present_acc)),
+        }
+        out.update(algo.class_acc_metrics(np.where(total > 0, cls_acc, np.nan)))  # the method's own
         for part, a in designated_class_accuracy(cls_acc, data.info).items():
             self.last[f"pers_client_{part}_acc"] = a.tolist()
             out[f"pers/{part}_acc"] = float(a.mean())
@@ -65,8 +71,9 @@ class Evaluator:
         p, b = model
         flat = np.concatenate(idx) if idx else np.zeros(0, dtype=np.int64)
         uniq, inverse = np.unique(flat, return_inverse=True)
-        logits = self.run.predict({k: v.unsqueeze(0) for k, v in p.items()}, {k: v.unsqueeze(0) for k, v in b.items()},
-                                  [uniq])[0]
+        logits = self.run.predict(
+            {k: v.unsqueeze(0) for k, v in p.items()}, {k: v.unsqueeze(0) for k, v in b.items()}, [uniq]
+        )[0]
         per = logits[torch.as_tensor(inverse, device=logits.device)]
         return list(torch.split(per, [len(i) for i in idx]))
 
@@ -79,8 +86,9 @@ class Evaluator:
         if len(idx) == 0:
             return {}
         p, b = g
-        logits = self.run.predict({k: v.unsqueeze(0) for k, v in p.items()}, {k: v.unsqueeze(0) for k, v in b.items()},
-                                  [idx])[0]
+        logits = self.run.predict(
+            {k: v.unsqueeze(0) for k, v in p.items()}, {k: v.unsqueeze(0) for k, v in b.items()}, [idx]
+        )[0]
         c, tot = confusion_counts(logits, data.y[data.tensor(idx)], data.num_classes)
         class_acc = np.divide(c, tot, out=np.zeros(len(c)), where=tot > 0)
         self.last["global_class_acc"] = class_acc.tolist()
@@ -98,14 +106,24 @@ class Evaluator:
 def summarize(history: list[dict], final_window: int) -> dict:
     """best (max over evaluations), final (mean of the last ``final_window`` evaluations), last, best_round."""
     out = {}
-    keys = sorted({k for h in history for k, v in h.items() if k.endswith("acc") or k.endswith("acc_mean")
-                   or k.endswith("acc_present_classes")})
+    keys = sorted(
+        {
+            k
+            for h in history
+            for k, v in h.items()
+            if k.endswith("acc") or k.endswith("acc_mean") or k.endswith("acc_present_classes")
+        }
+    )
     for k in keys:
         pts = [(h["round"], h[k]) for h in history if isinstance(h.get(k), (int, float))]
         if not pts:
             continue
         rounds, vals = zip(*pts)
         i = int(np.argmax(vals))
-        out[k] = {"best": float(vals[i]), "best_round": int(rounds[i]), "final": float(np.mean(vals[-final_window:])),
-                  "last": float(vals[-1])}
+        out[k] = {
+            "best": float(vals[i]),
+            "best_round": int(rounds[i]),
+            "final": float(np.mean(vals[-final_window:])),
+            "last": float(vals[-1]),
+        }
     return out

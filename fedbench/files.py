@@ -1,5 +1,6 @@
 """Writing files so that a crash or a full disk never leaves a cut file behind: :func:`atomic` (tmp + rename),
 :func:`written` (for a library that writes the file itself), JSON. Everything that writes a run's files uses these."""
+
 from __future__ import annotations
 
 import json

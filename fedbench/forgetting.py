@@ -12,10 +12,10 @@ Switched on by ``eval.forgetting.enabled`` (conf/config.yaml); the run loop call
 :meth:`ForgettingMonitor.before_round` / :meth:`after_round`. The local models are the last
 phase-"train" result of ``Algorithm.local_train`` in the round (heard as an observer of the run's context).
 """
+
 from __future__ import annotations
 
 import numpy as np
-import torch
 from omegaconf import OmegaConf
 
 from .engine.stack import clone
@@ -75,8 +75,17 @@ def draw_forgetting(tau, groups, path, title: str):
             for j in range(w):
                 v = tau[i, j]
                 v = "" if not np.isfinite(v) else ("\n<-1" if v < -1 else f"\n{v:.2f}")
-                ax.text(j, i, "DNM"[groups[i, j]] + v, ha="center", va="center", fontsize=6,
-                        color=plots.text_colour(im.cmap(im.norm(np.clip(tau[i, j], -1, 1) if np.isfinite(tau[i, j]) else 0))))
+                ax.text(
+                    j,
+                    i,
+                    "DNM"[groups[i, j]] + v,
+                    ha="center",
+                    va="center",
+                    fontsize=6,
+                    color=plots.text_colour(
+                        im.cmap(im.norm(np.clip(tau[i, j], -1, 1) if np.isfinite(tau[i, j]) else 0))
+                    ),
+                )
     else:
         for g, marker in ((DOMINANT, "o"), (MISSING, "x")):
             ii, jj = np.nonzero(groups == g)
@@ -100,7 +109,7 @@ def draw_trace(rows: np.ndarray, path):
     right = ax.twinx()
     for k, c in sorted({(int(r[1]), int(r[2])) for r in rows}):
         sel = rows[(rows[:, 1] == k) & (rows[:, 2] == c)]
-        line, = ax.plot(sel[:, 0], np.clip(sel[:, 4], -1, 1), marker=".", label=f"client {k}, class {c}: τ")
+        (line,) = ax.plot(sel[:, 0], np.clip(sel[:, 4], -1, 1), marker=".", label=f"client {k}, class {c}: τ")
         right.step(sel[:, 0], sel[:, 3], where="post", ls="--", color=line.get_color(), alpha=0.6)
     ax.set_xlabel("round")
     ax.set_ylabel("forgetting degree τ (clipped to [-1, 1])")
@@ -119,10 +128,12 @@ class ForgettingMonitor:
 
     def __init__(self, run):
         cfg = run.cfg.eval.forgetting
-        for key, ok, allowed in (("every", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
-                                 ("draw_every", lambda v: isinstance(v, int) and v >= 0, "an integer >= 0 (0 = never)"),
-                                 ("gamma", lambda v: isinstance(v, (int, float)) and 0 < v <= 1, "a number in (0, 1]"),
-                                 ("xi", lambda v: isinstance(v, (int, float)) and v > 0, "a number > 0")):
+        for key, ok, allowed in (
+            ("every", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
+            ("draw_every", lambda v: isinstance(v, int) and v >= 0, "an integer >= 0 (0 = never)"),
+            ("gamma", lambda v: isinstance(v, (int, float)) and 0 < v <= 1, "a number in (0, 1]"),
+            ("xi", lambda v: isinstance(v, (int, float)) and v > 0, "a number > 0"),
+        ):
             v = OmegaConf.select(cfg, key)
             if not ok(v) or isinstance(v, bool):
                 raise ConfigError(f"eval.forgetting.{key}", v, allowed)
@@ -134,7 +145,7 @@ class ForgettingMonitor:
         self.rounds = int(run.cfg.rounds)
         self.dir = run.run_dir / "diagnostics" / "forgetting"
         self.global_start = None
-        self.keep, self.local = False, None   # local: (t, client ids, LocalResult) of the round's local models
+        self.keep, self.local = False, None  # local: (t, client ids, LocalResult) of the round's local models
         run.ctx.observers.append(self.observe)
 
     def observe(self, t: int, clients: list[int], res, phase: str) -> None:
@@ -153,8 +164,14 @@ class ForgettingMonitor:
                 rows += [[r, k, c, schedule.size(k, c, r), tau[k, c]] for k, c in sorted(schedule.order)]
         rows = np.array(rows, dtype=np.float64).reshape(-1, 5)
         with written(self.dir / "trace.csv") as path:
-            np.savetxt(path, rows, fmt=["%d", "%d", "%d", "%d", "%.10g"], delimiter=",",
-                       header="round,client,class,samples,tau", comments="")
+            np.savetxt(
+                path,
+                rows,
+                fmt=["%d", "%d", "%d", "%d", "%.10g"],
+                delimiter=",",
+                header="round,client,class,samples,tau",
+                comments="",
+            )
         if draw and len(rows):
             self.run.image("forgetting_trace", draw_trace(rows, self.dir / "trace.png"), t)
 
@@ -193,7 +210,9 @@ class ForgettingMonitor:
             return {}
         _, clients, res = local
         p, b = self.global_start
-        acc_g = self.class_accuracy({k: v.unsqueeze(0) for k, v in p.items()}, {k: v.unsqueeze(0) for k, v in b.items()})[0]
+        acc_g = self.class_accuracy(
+            {k: v.unsqueeze(0) for k, v in p.items()}, {k: v.unsqueeze(0) for k, v in b.items()}
+        )[0]
         acc_l = np.full(self.groups.shape, np.nan)
         acc_l[clients] = self.class_accuracy(res.params, res.buffers)
         tau = forgetting_degree(acc_g, acc_l, self.xi)
@@ -208,10 +227,20 @@ class ForgettingMonitor:
         if draw:
             png = draw_forgetting(tau, self.groups, self.dir / f"round_{t:05d}.png", f"forgetting degree τ, round {t}")
             self.run.image("forgetting", png, t)
-        if getattr(self.run, "data_schedule", None) is not None:   # Fig. 3: τ of the shrinking classes over rounds
+        if getattr(self.run, "data_schedule", None) is not None:  # Fig. 3: τ of the shrinking classes over rounds
             self.write_trace(self.run.data_schedule, t, draw=t == self.rounds)
         return {f"forgetting/{k}": v for k, v in group_forgetting(acc_g, acc_l, self.groups, self.xi).items()}
 
 
-__all__ = ["DOMINANT", "NON_DOMINANT", "MISSING", "GROUP_NAMES", "class_groups", "forgetting_degree", "group_forgetting",
-           "draw_forgetting", "draw_trace", "ForgettingMonitor"]
+__all__ = [
+    "DOMINANT",
+    "NON_DOMINANT",
+    "MISSING",
+    "GROUP_NAMES",
+    "class_groups",
+    "forgetting_degree",
+    "group_forgetting",
+    "draw_forgetting",
+    "draw_trace",
+    "ForgettingMonitor",
+]

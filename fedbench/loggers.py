@@ -5,6 +5,7 @@ Algorithms publish metrics and pictures by name through :class:`Loggers`; none t
 ``metrics.jsonl`` is the run's record; W&B is a mirror: a W&B failure at init or during the run (no network, a bad
 key, its service dying) warns once on stderr and the run goes on with the local logs, never failing or hanging.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,7 +19,7 @@ from omegaconf import OmegaConf
 from .console import ConsoleSink
 from .errors import WriteFailed
 
-_WANDB_DOWN: str | None = None   # why W&B online could not start earlier in this process (a sweep's later jobs skip it)
+_WANDB_DOWN: str | None = None  # why W&B online could not start earlier in this process (a sweep's later jobs skip it)
 
 
 def _warn(msg: str) -> None:
@@ -49,7 +50,7 @@ class JsonlSink:
             raise WriteFailed(self.path, e) from None
 
     def log(self, step: int, metrics: dict) -> None:
-        try:   # a line cut by a full disk or a kill is dropped on resume (fedbench.run)
+        try:  # a line cut by a full disk or a kill is dropped on resume (fedbench.run)
             self.f.write(json.dumps({"round": step, **{k: _jsonable(v) for k, v in metrics.items()}}) + "\n")
             self.f.flush()
         except OSError as e:
@@ -64,7 +65,7 @@ class JsonlSink:
     def finish(self, status: str) -> None:
         try:
             self.f.close()
-        except OSError:   # already reported by log()
+        except OSError:  # already reported by log()
             pass
 
 
@@ -90,16 +91,37 @@ def wandb_mode(requested: str) -> str:
 class WandbSink:
     """The real ``wandb`` library: config, per-round history, summary, images; resumable by run id."""
 
-    def __init__(self, cfg, run_dir: Path, config: dict, run_id: str | None, group: str | None, name: str, mode: str,
-                 job_type: str = "run"):
+    def __init__(
+        self,
+        cfg,
+        run_dir: Path,
+        config: dict,
+        run_id: str | None,
+        group: str | None,
+        name: str,
+        mode: str,
+        job_type: str = "run",
+    ):
         import wandb
 
         self.wandb = wandb
         wcfg = cfg.logger.wandb
         self.mode = mode
-        self.run = wandb.init(project=wcfg.project, entity=wcfg.entity, group=group, name=name, tags=wandb_tags(cfg),
-                              job_type=job_type, dir=str(run_dir), mode=self.mode, config=config, id=run_id,
-                              resume="allow" if run_id else None, reinit="finish_previous", settings=_settings(wandb, wcfg))
+        self.run = wandb.init(
+            project=wcfg.project,
+            entity=wcfg.entity,
+            group=group,
+            name=name,
+            tags=wandb_tags(cfg),
+            job_type=job_type,
+            dir=str(run_dir),
+            mode=self.mode,
+            config=config,
+            id=run_id,
+            resume="allow" if run_id else None,
+            reinit="finish_previous",
+            settings=_settings(wandb, wcfg),
+        )
         self.id = self.run.id
 
     def log(self, step: int, metrics: dict) -> None:
@@ -148,8 +170,10 @@ class Loggers:
                 self.sinks.remove(s)
                 s.abandon()
                 self.wandb_state = f"failed: {_reason(e)}"
-                _warn(f"W&B failed during the run ({_reason(e)}); continuing with the local logs "
-                      "(metrics.jsonl, summary.json)")
+                _warn(
+                    f"W&B failed during the run ({_reason(e)}); continuing with the local logs "
+                    "(metrics.jsonl, summary.json)"
+                )
                 if self.on_wandb_state:
                     self.on_wandb_state(self.wandb_state)
 
@@ -177,12 +201,18 @@ class Loggers:
 
 
 def _settings(wandb, wcfg):
-    timeout = wcfg.get("init_timeout")   # null: W&B's own (WANDB_INIT_TIMEOUT or 90 s)
-    return wandb.Settings(console="off", x_disable_stats=True, silent=True,
-                          **({"init_timeout": float(timeout)} if timeout is not None else {}))
+    timeout = wcfg.get("init_timeout")  # null: W&B's own (WANDB_INIT_TIMEOUT or 90 s)
+    return wandb.Settings(
+        console="off",
+        x_disable_stats=True,
+        silent=True,
+        **({"init_timeout": float(timeout)} if timeout is not None else {}),
+    )
 
 
-SWEPT = "FEDBENCH_SWEPT"   # the keys the running multirun sweeps (set as it starts, fedbench.sweep; its workers inherit it)
+SWEPT = (
+    "FEDBENCH_SWEPT"  # the keys the running multirun sweeps (set as it starts, fedbench.sweep; its workers inherit it)
+)
 
 
 def _hydra():
@@ -204,7 +234,7 @@ def swept_keys(config) -> list[str]:
     keys = [_key(str(k)) for k in (config.hydra.sweeper.get("params") or {})]
     try:
         parsed = OverridesParser.create().parse_overrides(list(config.hydra.overrides.task))
-    except Exception:   # Hydra reports a bad sweep itself
+    except Exception:  # Hydra reports a bad sweep itself
         parsed = []
     return keys + [_key(o.input_line) for o in parsed if o.is_sweep_override()]
 
@@ -218,11 +248,16 @@ def run_name(cfg, sweep: bool) -> str:
         varying = set(filter(None, os.environ.get(SWEPT, "").split(",")))
         varying |= {_key(str(k)) for k in ((hc.sweeper.get("params") if hc is not None else None) or {})}
     else:
-        neutral = tuple(hc.job.config.override_dirname.exclude_keys) if hc is not None else ()   # change no result
+        neutral = tuple(hc.job.config.override_dirname.exclude_keys) if hc is not None else ()  # change no result
         varying = {k for k in map(_key, given) if not (k in neutral or k.startswith(tuple(f"{n}." for n in neutral)))}
-    shown = [o.lstrip("+~") for o in given if _key(o) in varying
-             and _key(o) not in ("seed", "algorithm", "dataset", "experiment")]   # experiment: in the tags
-    shown = [o if "/" not in _key(o) else f"{_key(o).split('@')[0].rsplit('/', 1)[-1]}={o.split('=', 1)[1]}" for o in shown]
+    shown = [
+        o.lstrip("+~")
+        for o in given
+        if _key(o) in varying and _key(o) not in ("seed", "algorithm", "dataset", "experiment")
+    ]  # experiment: in the tags
+    shown = [
+        o if "/" not in _key(o) else f"{_key(o).split('@')[0].rsplit('/', 1)[-1]}={o.split('=', 1)[1]}" for o in shown
+    ]
     return " ".join([str(cfg.algorithm.name), str(cfg.dataset.name), *shown, f"seed={cfg.seed}"])
 
 
@@ -232,8 +267,10 @@ def wandb_tags(cfg, run: bool = True) -> list[str]:
     hc = _hydra()
     exp = hc.runtime.choices.get("experiment") if hc is not None else None
     exp = exp.split("/", 1) if exp and "/" in exp else [None, None]
-    tags = [f"paper:{OmegaConf.select(cfg, 'table.paper', default=None) or exp[0]}",
-            f"table:{OmegaConf.select(cfg, 'table.id', default=None) or exp[1]}"]
+    tags = [
+        f"paper:{OmegaConf.select(cfg, 'table.paper', default=None) or exp[0]}",
+        f"table:{OmegaConf.select(cfg, 'table.id', default=None) or exp[1]}",
+    ]
     tags = [t for t in tags if not t.endswith(":None")]
     if run:
         tags += [f"algorithm:{cfg.algorithm.name}", f"dataset:{cfg.dataset.name}"]
@@ -250,9 +287,18 @@ def log_sweep_table(config, sweep: Path, columns: list[str], rows: list[list]) -
     try:
         import wandb
 
-        run = wandb.init(project=wcfg.project, entity=wcfg.entity, group=wcfg.group or Path(sweep).name,
-                         name=f"{Path(sweep).name} jobs", job_type="sweep-summary", tags=wandb_tags(config, run=False),
-                         dir=str(sweep), mode=mode, reinit="finish_previous", settings=_settings(wandb, wcfg))
+        run = wandb.init(
+            project=wcfg.project,
+            entity=wcfg.entity,
+            group=wcfg.group or Path(sweep).name,
+            name=f"{Path(sweep).name} jobs",
+            job_type="sweep-summary",
+            tags=wandb_tags(config, run=False),
+            dir=str(sweep),
+            mode=mode,
+            reinit="finish_previous",
+            settings=_settings(wandb, wcfg),
+        )
         run.log({"sweep/jobs": wandb.Table(columns=columns, data=rows)})
         run.finish()
     except Exception as e:
@@ -270,12 +316,22 @@ def _wandb_sink(cfg, run_dir: Path, wandb_id: str | None, group: str | None):
     if mode == "disabled":
         return None, "disabled"
     if mode == "online" and _WANDB_DOWN:
-        _warn(f"W&B skipped: it could not start earlier in this process ({_WANDB_DOWN}); continuing with the local logs")
+        _warn(
+            f"W&B skipped: it could not start earlier in this process ({_WANDB_DOWN}); continuing with the local logs"
+        )
         return None, f"failed: {_WANDB_DOWN}"
     try:
         config = OmegaConf.to_container(cfg, resolve=True)
-        return WandbSink(cfg, run_dir, config, wandb_id, cfg.logger.wandb.group or group, run_name(cfg, group is not None),
-                         mode, job_type="sweep" if group else "run"), mode
+        return WandbSink(
+            cfg,
+            run_dir,
+            config,
+            wandb_id,
+            cfg.logger.wandb.group or group,
+            run_name(cfg, group is not None),
+            mode,
+            job_type="sweep" if group else "run",
+        ), mode
     except Exception as e:
         try:
             import wandb
@@ -285,18 +341,27 @@ def _wandb_sink(cfg, run_dir: Path, wandb_id: str | None, group: str | None):
             pass
         if mode == "online":
             _WANDB_DOWN = _reason(e)
-        _warn(f"W&B could not start ({_reason(e)}); continuing with the local logs (metrics.jsonl, summary.json); "
-              "logger.wandb.mode=offline keeps W&B files for a later `wandb sync`")
+        _warn(
+            f"W&B could not start ({_reason(e)}); continuing with the local logs (metrics.jsonl, summary.json); "
+            "logger.wandb.mode=offline keeps W&B files for a later `wandb sync`"
+        )
         return None, f"failed: {_reason(e)}"
 
 
-def build_loggers(cfg, run_dir: Path, title: str, start_round: int = 0, wandb_id: str | None = None,
-                  group: str | None = None, on_wandb_state=None) -> Loggers:
+def build_loggers(
+    cfg,
+    run_dir: Path,
+    title: str,
+    start_round: int = 0,
+    wandb_id: str | None = None,
+    group: str | None = None,
+    on_wandb_state=None,
+) -> Loggers:
     lc = cfg.logger
     sinks: list = []
     if lc.jsonl:
         sinks.append(JsonlSink(run_dir))
-    sinks.append(ConsoleSink(cfg, run_dir, title, start_round))   # run.log always; the console if logger.console
+    sinks.append(ConsoleSink(cfg, run_dir, title, start_round))  # run.log always; the console if logger.console
     wb, state = _wandb_sink(cfg, run_dir, wandb_id, group)
     if wb is not None:
         sinks.append(wb)

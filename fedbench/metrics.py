@@ -3,6 +3,7 @@
 Plain functions of logits, labels and counts (numpy/torch); they import nothing of fedbench above the engine, so
 algorithms may use them (tests/test_layers.py).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -24,7 +25,7 @@ def present_class_accuracy(class_acc: np.ndarray, train_counts: np.ndarray, test
     return np.array([class_acc[k, present[k]].mean() if present[k].any() else np.nan for k in range(len(class_acc))])
 
 
-DESIGNATED = ("majority", "minority")   # the per-client classes a partition may designate (info["<part>_class"])
+DESIGNATED = ("majority", "minority")  # the per-client classes a partition may designate (info["<part>_class"])
 
 
 def designated_class_accuracy(class_acc: np.ndarray, info: dict) -> dict[str, np.ndarray]:

@@ -19,6 +19,7 @@ only; the test split is only ever read under ``torch.no_grad``. Algorithms whose
 ``new_clients_finetune: false`` (FedAvg, IFCA) — Table 1's rows without FT — are scored on their start
 model (S = 0).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -62,8 +63,12 @@ class NewClients:
         K = run.data.num_clients
         self.ids = held_out_clients(int(run.cfg.seed), K, float(c.fraction))
         if not 1 <= len(self.ids) < K:
-            raise ConfigError("eval.new_clients.fraction", c.fraction, f"a share that holds out between 1 and {K - 1} of the {K} clients")
-        self.participants = np.setdiff1d(np.arange(K), self.ids)   # the only clients that ever train
+            raise ConfigError(
+                "eval.new_clients.fraction",
+                c.fraction,
+                f"a share that holds out between 1 and {K - 1} of the {K} clients",
+            )
+        self.participants = np.setdiff1d(np.arange(K), self.ids)  # the only clients that ever train
         self.last: dict = {}
 
     def due(self, t: int) -> bool:
@@ -89,7 +94,9 @@ class NewClients:
         for k in self.ids:
             idx = data.train_idx[k]
             g = seeding.rng(self.run.cfg.seed, "batches", "new_clients", t, int(k))
-            out.append([torch.from_numpy(b) for b in client_batches(idx, min(B, len(idx)), g, steps=steps, drop_last=True)])
+            out.append(
+                [torch.from_numpy(b) for b in client_batches(idx, min(B, len(idx)), g, steps=steps, drop_last=True)]
+            )
         return out
 
     def __call__(self, algo, t: int) -> dict:
@@ -98,14 +105,25 @@ class NewClients:
         if curves is None:
             return {}
         mean = np.nanmean(curves, axis=0)
-        self.last = {"newclients/acc": float(mean[-1]), "newclients/curve": mean.tolist(), "newclients/round": t,
-                     "newclients/steps": curves.shape[1] - 1, "newclients/lr": self.lr_for(algo),
-                     "newclients/clients": self.ids.tolist(), "newclients/client_curves": curves.tolist(),
-                     # points of the curve as scalars (Fig. 4 tables): every lr_decay_every steps and the last
-                     **{f"newclients/step{s}_acc": float(mean[s]) for s in
-                        sorted({*range(0, len(mean), int(self.cfg.lr_decay_every)), len(mean) - 1})}}
-        return {"newclients/acc": float(mean[-1]), "newclients/step0_acc": float(mean[0]),
-                "newclients/acc_std": float(np.nanstd(curves[:, -1]))}
+        self.last = {
+            "newclients/acc": float(mean[-1]),
+            "newclients/curve": mean.tolist(),
+            "newclients/round": t,
+            "newclients/steps": curves.shape[1] - 1,
+            "newclients/lr": self.lr_for(algo),
+            "newclients/clients": self.ids.tolist(),
+            "newclients/client_curves": curves.tolist(),
+            # points of the curve as scalars (Fig. 4 tables): every lr_decay_every steps and the last
+            **{
+                f"newclients/step{s}_acc": float(mean[s])
+                for s in sorted({*range(0, len(mean), int(self.cfg.lr_decay_every)), len(mean) - 1})
+            },
+        }
+        return {
+            "newclients/acc": float(mean[-1]),
+            "newclients/step0_acc": float(mean[0]),
+            "newclients/acc_std": float(np.nanstd(curves[:, -1])),
+        }
 
     def curves(self, algo, t: int) -> np.ndarray | None:
         """[new clients, S+1] accuracies: before fine-tuning step s = 0..S-1 and after the last one."""
@@ -121,20 +139,25 @@ class NewClients:
         def finetune_loss(fm, p, b, x, y, ctx):
             return F.cross_entropy(algo.new_client_forward(p, b, x, (x, y)), y)
 
-        from .algorithms.base import Algorithm   # padded batches are fine unless the forward reads the batch (CAFeMe)
+        from .algorithms.base import Algorithm  # padded batches are fine unless the forward reads the batch (CAFeMe)
         from .algorithms.local import LocalInputs, LocalSpec
 
         finetune_loss.pad_aware = type(algo).new_client_forward is Algorithm.new_client_forward
-        spec = LocalSpec("new_clients", loss=finetune_loss)   # one SGD step per batch, lr decayed every few steps
+        spec = LocalSpec("new_clients", loss=finetune_loss)  # one SGD step per batch, lr decayed every few steps
 
-        curves = []   # per step, [n] accuracies on the device: read once at the end
+        curves = []  # per step, [n] accuracies on the device: read once at the end
         for s in range(S + 1):
-            support = [batches[m][max(s - 1, 0)] for m in range(n)]   # the latest fine-tuning batch (or the first)
+            support = [batches[m][max(s - 1, 0)] for m in range(n)]  # the latest fine-tuning batch (or the first)
             curves.append(self.accuracy(algo, P, Bf, support, t, s))
             if s < S:
                 opt = OptimSpec(name="sgd", lr=lr * float(self.cfg.lr_decay) ** (s // int(self.cfg.lr_decay_every)))
-                res = algo.local_train(t, clients, (P, Bf), spec.replace(opt=opt),
-                                       LocalInputs(schedule=[[batches[m][s]] for m in range(n)]))
+                res = algo.local_train(
+                    t,
+                    clients,
+                    (P, Bf),
+                    spec.replace(opt=opt),
+                    LocalInputs(schedule=[[batches[m][s]] for m in range(n)]),
+                )
                 P, Bf = res.params, res.buffers
         self.final_models = (P, Bf)
         return torch.stack(curves, dim=1).cpu().numpy()
@@ -149,23 +172,29 @@ class NewClients:
         try:
             for m, k in enumerate(self.ids):
                 idx = data.test_idx[k]
-                order = data.tensor(idx[seeding.rng(self.run.cfg.seed, "new_clients_test", t, s, int(k)).permutation(len(idx))])
+                order = data.tensor(
+                    idx[seeding.rng(self.run.cfg.seed, "new_clients_test", t, s, int(k)).permutation(len(idx))]
+                )
                 p, b = row(P, m), row(Bf, m)
                 sup = support[m].to(data.x.device)
                 ctx = (data.x[sup], data.y[sup])
                 accs = []
                 for i in range(0, len(order), B):
-                    bi = order[i:i + B]
+                    bi = order[i : i + B]
                     if len(bi) < 2:
                         continue
                     logits = algo.new_client_forward(p, b, data.x[bi], ctx)
                     accs.append((logits.argmax(-1) == data.y[bi]).double().mean())
-                out.append(torch.stack(accs).mean() if accs else torch.tensor(np.nan, dtype=torch.float64, device=data.x.device))
+                out.append(
+                    torch.stack(accs).mean()
+                    if accs
+                    else torch.tensor(np.nan, dtype=torch.float64, device=data.x.device)
+                )
         finally:
             fm.set_mode(True)
         return torch.stack(out)
 
-    def state_dict(self) -> dict:   # checkpoints (Run._monitors): the last evaluation survives a resume
+    def state_dict(self) -> dict:  # checkpoints (Run._monitors): the last evaluation survives a resume
         return {"last": self.last}
 
     def load_state_dict(self, state: dict) -> None:
@@ -177,7 +206,13 @@ class NewClients:
             return {}
         from .plots import heatmap
 
-        png = heatmap(np.asarray(self.last["newclients/client_curves"]), run_dir / "newclients_curves.png",
-                      "new clients: test accuracy vs fine-tuning steps", "step", "new client", annotate=False)
+        png = heatmap(
+            np.asarray(self.last["newclients/client_curves"]),
+            run_dir / "newclients_curves.png",
+            "new clients: test accuracy vs fine-tuning steps",
+            "step",
+            "new client",
+            annotate=False,
+        )
         self.run.image("newclients/curves", png, int(self.last["newclients/round"]))
         return dict(self.last)

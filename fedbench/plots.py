@@ -2,6 +2,7 @@
 
 One look for all of them: saved at ``DPI`` and at least ``MIN_WIDTH_PX`` wide, integer ticks on count axes (clients,
 classes, rounds), cell labels that read on every cell colour."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -16,7 +17,7 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 from .files import written  # noqa: E402
 
 DPI = 150
-MIN_WIDTH_PX = 1050   # >= 1000 px: readable when a page or a slide scales the picture down
+MIN_WIDTH_PX = 1050  # >= 1000 px: readable when a page or a slide scales the picture down
 MIN_WIDTH_IN = MIN_WIDTH_PX / DPI
 
 
@@ -43,7 +44,7 @@ def save(fig, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        with written(path):   # a full disk: one line naming the picture, the cut file removed
+        with written(path):  # a full disk: one line naming the picture, the cut file removed
             fig.savefig(path, dpi=DPI)
     finally:
         plt.close(fig)
@@ -56,8 +57,16 @@ def text_colour(rgba) -> str:
     return "black" if 0.2126 * r + 0.7152 * g + 0.0722 * b > 0.5 else "white"
 
 
-def heatmap_figure(matrix, title: str, xlabel: str, ylabel: str, cmap: str = "viridis", annotate: bool | None = None,
-                   vmin=None, vmax=None):
+def heatmap_figure(
+    matrix,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    cmap: str = "viridis",
+    annotate: bool | None = None,
+    vmin=None,
+    vmax=None,
+):
     """The figure of :func:`heatmap` (not saved): integer ticks on both axes (rows and columns are indices)."""
     m = np.asarray(matrix, dtype=float)
     h, w = m.shape
@@ -74,12 +83,28 @@ def heatmap_figure(matrix, title: str, xlabel: str, ylabel: str, cmap: str = "vi
                 v = m[i, j]
                 if not np.isfinite(v):
                     continue
-                ax.text(j, i, f"{v:.0f}" if float(v).is_integer() else f"{v:.2f}", ha="center", va="center", fontsize=6,
-                        color=text_colour(im.cmap(im.norm(v))))
+                ax.text(
+                    j,
+                    i,
+                    f"{v:.0f}" if float(v).is_integer() else f"{v:.2f}",
+                    ha="center",
+                    va="center",
+                    fontsize=6,
+                    color=text_colour(im.cmap(im.norm(v))),
+                )
     return fig
 
 
-def heatmap(matrix, path: str | Path, title: str, xlabel: str, ylabel: str, cmap: str = "viridis",
-            annotate: bool | None = None, vmin=None, vmax=None) -> Path:
+def heatmap(
+    matrix,
+    path: str | Path,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    cmap: str = "viridis",
+    annotate: bool | None = None,
+    vmin=None,
+    vmax=None,
+) -> Path:
     """Draw ``matrix`` as a heatmap PNG; small matrices get their values written in the cells."""
     return save(heatmap_figure(matrix, title, xlabel, ylabel, cmap, annotate, vmin, vmax), path)

@@ -4,6 +4,7 @@ SIGUSR2 is SLURM's advance warning of a time limit or preemption (``sbatch --sig
 default). Once the run is saved, :func:`hand_over` passes the signal on to the handler that was installed before
 fedbench's — submitit's requeues the job, and the requeued job resumes from the saved round.
 """
+
 from __future__ import annotations
 
 import os
@@ -32,7 +33,11 @@ class PreemptionGuard:
 
     def _handler(self, signum, frame):
         if self.received is not None:
-            print(f"fedbench: second {signal.Signals(signum).name}: exiting now without saving", file=sys.stderr, flush=True)
+            print(
+                f"fedbench: second {signal.Signals(signum).name}: exiting now without saving",
+                file=sys.stderr,
+                flush=True,
+            )
             os._exit(128 + signum)
         self.received = signum
         if not self._deferred:
@@ -57,7 +62,9 @@ class PreemptionGuard:
         for s in self.SIGNALS:
             try:
                 self._old[s] = signal.signal(s, self._handler)
-            except ValueError:  # not the main thread (e.g. some launchers): no handler, periodic checkpoints still apply
+            except (
+                ValueError
+            ):  # not the main thread (e.g. some launchers): no handler, periodic checkpoints still apply
                 pass
         return self
 

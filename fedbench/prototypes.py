@@ -4,6 +4,7 @@ One place for "class means": FedProto's feature prototypes and FedDistill's per-
 the prototypes of FedReMa+F / FedPAC too). Outputs are computed by the run's executor in eval mode, so both
 executors give the same numbers; the means themselves are matrix operations.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -38,8 +39,9 @@ def client_outputs(run, fn: Callable, params: Stack, buffers: Stack, idx: list[n
     return run.executor.predict(_Outputs(run.fm, fn), params, buffers, run.data.x, [run.data.tensor(i) for i in idx])
 
 
-def class_means(values: list[torch.Tensor], labels: list[torch.Tensor],
-                num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
+def class_means(
+    values: list[torch.Tensor], labels: list[torch.Tensor], num_classes: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per client m: the mean of ``values[m]`` ([n_m, ...], flattened to [n_m, d]) over its samples of each class.
 
     Returns (means [M, C, d], counts [M, C]); a class the client lacks gets a zero row and count 0.
@@ -48,7 +50,7 @@ def class_means(values: list[torch.Tensor], labels: list[torch.Tensor],
     means, counts = [], []
     for v, y in zip(values, labels):
         v = v.flatten(1)
-        onehot = F.one_hot(y, num_classes).to(v.dtype)          # [n, C]
+        onehot = F.one_hot(y, num_classes).to(v.dtype)  # [n, C]
         c = onehot.sum(0)
         means.append((onehot.T @ v) / c.clamp(min=1).unsqueeze(1))
         counts.append(c)

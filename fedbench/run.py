@@ -1,5 +1,6 @@
 """One run = one simulated federation: cfg -> components (fedbench/build.py) -> rounds with callbacks around them
 (fedbench/callbacks.py), in the run dir's lifecycle (fedbench/rundir.py), with checkpoints (fedbench/checkpoint.py)."""
+
 from __future__ import annotations
 
 import sys
@@ -16,8 +17,7 @@ from .rundir import signal_name
 
 
 class Run:
-    def __init__(self, cfg, run_dir: str | Path, group: str | None = None, provenance: dict | None = None,
-                 callbacks: list | tuple = ()):
+    def __init__(self, cfg, run_dir: str | Path, group: str | None = None, provenance=None, callbacks=()):
         """``group``: the sweep's name when this run is a job of a multirun (then a run that fails before training keeps
         its dir and status.json, for the sweep's summary and report); ``provenance``: Hydra's files for ``.hydra/``
         (``config.yaml``, ``hydra.yaml``, ``overrides.yaml``), written once this run owns the dir; ``callbacks``: extra
@@ -26,15 +26,14 @@ class Run:
         self.rundir, self.checkpointer = rundir.RunDir(run_dir, cfg, group), ckpt.Checkpointer(self)
         self.extra_callbacks, self.validated = list(callbacks), False
         self.guard = self.loggers = self.status = None
-        self.check_finite = DivergenceGuard(self)   # after every local training call (algorithms call it)
+        self.check_finite = DivergenceGuard(self)  # after every local training call (algorithms call it)
 
-    loss_reference = property(lambda self: self.check_finite.reference,
-                              lambda self, v: setattr(self.check_finite, "reference", v))
+    loss_reference = property(lambda self: self.check_finite.reference)  # the divergence guard's (in checkpoints)
     boundary = property(lambda self: self.checkpointer.boundary)
-    fm = property(lambda self: self.ctx.fm)   # the algorithm's context holds the model (MOON may replace it)
+    fm = property(lambda self: self.ctx.fm)  # the algorithm's context holds the model (MOON may replace it)
     initial_params = property(lambda self: self.ctx.initial[0])
     initial_buffers = property(lambda self: self.ctx.initial[1])
-    predict = property(lambda self: self.ctx.predict)   # (params, buffers, idx) -> logits, as algorithms get it
+    predict = property(lambda self: self.ctx.predict)  # (params, buffers, idx) -> logits, as algorithms get it
 
     def setup(self) -> None:
         """Everything before the first round (fedbench/build.py), the config validated first (once per run)."""
@@ -57,11 +56,11 @@ class Run:
         except ConfigError as e:
             self.rundir.refused(e)
             raise
-        done = self.rundir.previous(owner=False)   # read-only: skip a complete run, refuse a different config
+        done = self.rundir.previous(owner=False)  # read-only: skip a complete run, refuse a different config
         if done is not None:
             return done
         with self.rundir.locked():
-            done = self.rundir.previous(owner=True)   # again, under the lock: archive (resume=false), skip or refuse
+            done = self.rundir.previous(owner=True)  # again, under the lock: archive (resume=false), skip or refuse
             if done is not None:
                 return done
             record = lambda e: self.rundir.record_failure(e, self.status, self.boundary, self.loggers)  # noqa: E731
@@ -71,7 +70,7 @@ class Run:
     def _guarded(self) -> dict:
         cfg = self.cfg
         self.status = rundir.Status(self.run_dir, rounds=int(cfg.rounds), config_fingerprint=self.rundir.fingerprint)
-        self.rundir.start(self.status, self.provenance)   # status.json "running": the first write
+        self.rundir.start(self.status, self.provenance)  # status.json "running": the first write
         self.setup()  # every check happens here (the run dir's free space first), before any training
         resumed = ckpt.load_latest(self.run_dir, self.device) if cfg.resume else None
         t0 = self.checkpointer.restore(resumed) if resumed else self.checkpointer.start_over()
@@ -86,32 +85,34 @@ class Run:
             cb.on_start(self, t0)
         self.status.start_rounds(t0)
         for t in range(t0 + 1, rounds + 1):
-            self.guard.check()   # a signal whose exception a library swallowed still stops the run here
+            self.guard.check()  # a signal whose exception a library swallowed still stops the run here
             self._one_round(t)
             self.status.progress(t, rounds)
         self.guard.check()
         return self._complete()
 
     def _one_round(self, t: int) -> None:
-        scheduled = self.data_schedule.apply(self, t) if self.data_schedule else {}   # round t's client data
+        scheduled = self.data_schedule.apply(self, t) if self.data_schedule else {}  # round t's client data
         clients = self.sample_clients(t)
         for cb in self.callbacks:
             cb.before_round(self, t)
         tic = time.perf_counter()
         metrics = {**self.algorithm.round(t, clients), **scheduled}
-        metrics["time/round"] = time.perf_counter() - tic   # the algorithm's round only (not the callbacks)
+        metrics["time/round"] = time.perf_counter() - tic  # the algorithm's round only (not the callbacks)
         self.times.append(metrics["time/round"])
         for cb in self.callbacks:
             cb.after_round(self, t, metrics)
 
     def _complete(self) -> dict:
         summary = rundir.summary(self)
-        self.checkpointer.save_final()   # model.pt (checkpoint.final_model)
-        self.rundir.record_complete(summary, self.status, self.guard)   # summary.json, status.json "complete"
-        ckpt.prune(self.run_dir, int(self.cfg.checkpoint.keep_complete))   # a complete run is never resumed
+        self.checkpointer.save_final()  # model.pt (checkpoint.final_model)
+        self.rundir.record_complete(summary, self.status, self.guard)  # summary.json, status.json "complete"
+        ckpt.prune(self.run_dir, int(self.cfg.checkpoint.keep_complete))  # a complete run is never resumed
         for cb in self.callbacks:
             cb.on_end(self, summary)
         if self.guard.received:
-            print(f"fedbench: {signal_name(self.guard.received)} received while finishing; {self.run_dir} is complete",
-                  file=sys.stderr)
+            print(
+                f"fedbench: {signal_name(self.guard.received)} received while finishing; {self.run_dir} is complete",
+                file=sys.stderr,
+            )
         return summary

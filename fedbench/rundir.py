@@ -14,6 +14,7 @@
   run skipped, another config's refused, old files archived (resume=false), a refused config's empty dir removed, a
   failure recorded, metrics.jsonl trimmed on resume; :func:`summary` is summary.json's content.
 """
+
 from __future__ import annotations
 
 import errno
@@ -58,29 +59,35 @@ class RunDirLock:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as e:
                 text = ""
-                for _ in range(20):   # the holder writes its name right after taking the lock
+                for _ in range(20):  # the holder writes its name right after taking the lock
                     text = os.pread(fd, 4096, 0).decode(errors="replace")
                     if text:
                         break
                     time.sleep(0.05)
                 os.close(fd)
                 if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                    raise RunDirBusy(f"{self.run_dir} is in use by another fedbench run ({self._holder(text)}); "
-                                     "wait for it to end, or choose another hydra.run.dir") from None
-                print(f"fedbench: warning: cannot lock {self.run_dir} ({e.strerror}); make sure no other run uses it",
-                      file=sys.stderr)
+                    raise RunDirBusy(
+                        f"{self.run_dir} is in use by another fedbench run ({self._holder(text)}); "
+                        "wait for it to end, or choose another hydra.run.dir"
+                    ) from None
+                print(
+                    f"fedbench: warning: cannot lock {self.run_dir} ({e.strerror}); make sure no other run uses it",
+                    file=sys.stderr,
+                )
                 self.fd = None
                 return
-            try:   # a previous holder may have removed the file between our open and our lock: lock the new one
+            try:  # a previous holder may have removed the file between our open and our lock: lock the new one
                 if os.fstat(fd).st_ino == os.stat(self.path).st_ino:
                     break
             except FileNotFoundError:
                 pass
             os.close(fd)
         old = os.pread(fd, 4096, 0).decode(errors="replace")
-        if old.strip():   # its holder died without releasing it (the kernel dropped the lock itself)
-            print(f"fedbench: took over the stale lock of {self.run_dir} ({self._holder(old)}; that run is gone)",
-                  file=sys.stderr)
+        if old.strip():  # its holder died without releasing it (the kernel dropped the lock itself)
+            print(
+                f"fedbench: took over the stale lock of {self.run_dir} ({self._holder(old)}; that run is gone)",
+                file=sys.stderr,
+            )
         me = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": _now()}).encode()
         os.ftruncate(fd, 0)
         os.pwrite(fd, me, 0)
@@ -90,7 +97,7 @@ class RunDirLock:
         if self.fd is None:
             return
         try:
-            self.path.unlink(missing_ok=True)   # while still holding it (see acquire for the other side)
+            self.path.unlink(missing_ok=True)  # while still holding it (see acquire for the other side)
         except OSError:
             pass
         os.close(self.fd)
@@ -110,8 +117,14 @@ class Status:
 
     def __init__(self, run_dir: Path, **fields):
         self.path = Path(run_dir) / "status.json"
-        self.data = {"status": "running", "round": 0, **fields, "pid": os.getpid(), "host": socket.gethostname(),
-                     "started": _now()}
+        self.data = {
+            "status": "running",
+            "round": 0,
+            **fields,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started": _now(),
+        }
         self._t0 = time.time()
         self._r0: int | None = None
 
@@ -126,8 +139,12 @@ class Status:
             self.start_rounds(t - 1)
         per_round = (time.time() - self._t0) / max(t - self._r0, 1)
         left = per_round * (rounds - t)
-        self.set(round=t, seconds_per_round=round(per_round, 3), eta_s=round(left),
-                 eta=time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(time.time() + left)))
+        self.set(
+            round=t,
+            seconds_per_round=round(per_round, 3),
+            eta_s=round(left),
+            eta=time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(time.time() + left)),
+        )
 
     def start_rounds(self, t0: int) -> None:
         """The rounds start after round ``t0`` now (the ETA counts from here, setup excluded)."""
@@ -149,13 +166,18 @@ def check_writable(run_dir: Path, min_free_mb: float = 0) -> None:
             probe.unlink(missing_ok=True)
         except OSError:
             pass
-        raise ConfigError("hydra.run.dir", str(run_dir),
-                          f"an existing or creatable, writable directory with free space ({e.strerror})") from None
+        raise ConfigError(
+            "hydra.run.dir",
+            str(run_dir),
+            f"an existing or creatable, writable directory with free space ({e.strerror})",
+        ) from None
     free = shutil.disk_usage(run_dir).free / 2**20
     if free < min_free_mb:
-        raise ConfigError("hydra.run.dir", str(run_dir),
-                          f"a disk with at least checkpoint.min_free_mb={min_free_mb:g} MB free "
-                          f"(only {free:.0f} MB left)")
+        raise ConfigError(
+            "hydra.run.dir",
+            str(run_dir),
+            f"a disk with at least checkpoint.min_free_mb={min_free_mb:g} MB free (only {free:.0f} MB left)",
+        )
 
 
 def signal_name(signum: int) -> str:
@@ -185,7 +207,7 @@ class RunDir:
 
     def __init__(self, path: Path, cfg, group: str | None = None):
         self.path, self.cfg, self.group = Path(path), cfg, group
-        self.previous_status: dict = {}   # status.json of the session before (its W&B run id)
+        self.previous_status: dict = {}  # status.json of the session before (its W&B run id)
 
     @property
     def fingerprint(self) -> str:
@@ -203,8 +225,9 @@ class RunDir:
             lock = RunDirLock(self.path)
             lock.acquire()
         except OSError as e:
-            raise ConfigError("hydra.run.dir", str(self.path),
-                              f"an existing or creatable, writable directory ({e.strerror})") from None
+            raise ConfigError(
+                "hydra.run.dir", str(self.path), f"an existing or creatable, writable directory ({e.strerror})"
+            ) from None
         try:
             yield
         finally:
@@ -248,7 +271,7 @@ class RunDir:
 
         with atomic(self.path / "partition_counts.csv") as f:
             np.savetxt(f, data.counts, fmt="%d", delimiter=",", header=",".join(data.classes), comments="")
-        with written(self.path / "partition.png") as png:   # a full disk: one line naming the file
+        with written(self.path / "partition.png") as png:  # a full disk: one line naming the file
             png = heatmap(data.counts, png, f"partition: {self.cfg.partition.name}", "class", "client", cmap="Blues")
         with atomic(self.path / "config.yaml") as f:
             f.write(OmegaConf.to_yaml(self.cfg, resolve=True))
@@ -264,8 +287,10 @@ class RunDir:
         old, problem = read_json(self.path / "status.json")
         if problem:
             if owner:
-                print(f"fedbench: {self.path}/status.json is unreadable ({problem}); rebuilding it from the run's "
-                      "files", file=sys.stderr)
+                print(
+                    f"fedbench: {self.path}/status.json is unreadable ({problem}); rebuilding it from the run's files",
+                    file=sys.stderr,
+                )
             old = None
         old = old if isinstance(old, dict) else {}
         summary, _ = read_json(self.path / "summary.json")
@@ -279,13 +304,19 @@ class RunDir:
                         os.replace(p, archive / p.name)
                 print(f"fedbench: resume=false: previous files of {self.path} moved to {archive}", file=sys.stderr)
             return None
-        recorded = (old.get("config_fingerprint") or (summary or {}).get("config_fingerprint")
-                    or self.saved_fingerprint())
+        recorded = (
+            old.get("config_fingerprint") or (summary or {}).get("config_fingerprint") or self.saved_fingerprint()
+        )
         if recorded not in (None, self.fingerprint):
-            raise ConfigError("resume", True, f"{self.path} holds a run with a different config; use another "
-                              "hydra.run.dir, or resume=false to start over there (old files are kept in previous/)")
-        complete = (old.get("status") == "complete"
-                    or (problem is not None and (summary or {}).get("status") == "complete"))
+            raise ConfigError(
+                "resume",
+                True,
+                f"{self.path} holds a run with a different config; use another "
+                "hydra.run.dir, or resume=false to start over there (old files are kept in previous/)",
+            )
+        complete = old.get("status") == "complete" or (
+            problem is not None and (summary or {}).get("status") == "complete"
+        )
         if complete and summary is not None:
             print(f"fedbench: {self.path} is already complete; skipped (resume=false starts it over)", file=sys.stderr)
             return summary
@@ -313,7 +344,7 @@ class RunDir:
                 self.path.rmdir()
             else:
                 Status(self.path).set(status="failed", error=describe(e))
-        except OSError:   # the config error is what the caller reports
+        except OSError:  # the config error is what the caller reports
             pass
 
     def record_failure(self, e: BaseException, status: Status | None, boundary: dict | None, loggers) -> None:
@@ -324,11 +355,12 @@ class RunDir:
         state = "preempted" if isinstance(e, Preempted) else "diverged" if isinstance(e, Diverged) else "failed"
         try:
             if isinstance(e, Preempted) and boundary is not None:
-                e.checkpoint = ckpt.save(self.path, boundary["round"], boundary["state"],
-                                         keep=int(self.cfg.checkpoint.keep))
+                e.checkpoint = ckpt.save(
+                    self.path, boundary["round"], boundary["state"], keep=int(self.cfg.checkpoint.keep)
+                )
             if status is not None:
                 status.set(status=state, error=describe(e))
-        except Exception as again:   # e.g. the disk is full: say so, the original error is reported by the caller
+        except Exception as again:  # e.g. the disk is full: say so, the original error is reported by the caller
             print(f"fedbench: could not record the failure in {self.path}: {describe(again)}", file=sys.stderr)
         if loggers is not None:
             try:
@@ -338,7 +370,7 @@ class RunDir:
         if state == "failed" and not isinstance(e, (ConfigError, RunFailed, OSError, Preempted)):
             import traceback
 
-            try:   # an unexpected error: its traceback is kept for a bug report (the console gets one line)
+            try:  # an unexpected error: its traceback is kept for a bug report (the console gets one line)
                 (self.path / "traceback.txt").write_text("".join(traceback.format_exception(e)))
                 e.traceback_file = self.path / "traceback.txt"
             except OSError:
@@ -378,8 +410,11 @@ class RunDir:
             copy_path = path.with_name(f"metrics.jsonl.torn-{time.strftime('%Y%m%d-%H%M%S')}")
             with atomic(copy_path) as f:
                 f.write(text)
-            print(f"fedbench: {path} ended with a cut line (a crash while writing); dropped it, the file as it was is "
-                  f"kept as {copy_path.name}", file=sys.stderr)
+            print(
+                f"fedbench: {path} ended with a cut line (a crash while writing); dropped it, the file as it was is "
+                f"kept as {copy_path.name}",
+                file=sys.stderr,
+            )
         with atomic(path) as f:
             f.write("".join(ln + "\n" for ln in keep))
 
@@ -394,10 +429,14 @@ def summary(run) -> dict:
     from .evaluation import summarize
 
     cfg, times = run.cfg, run.times
-    return {"status": "complete", "rounds": int(cfg.rounds), "config_fingerprint": run.rundir.fingerprint,
-            "metrics": summarize(run.history, int(cfg.eval.final_window)),
-            "time_per_round": float(np.mean(times)) if times else math.nan,
-            "wall_time": float(np.sum(times)),
-            "final": {k: v for k, v in run.evaluator.last.items()},
-            **run.algorithm.finish(run.run_dir),
-            **(run.new_clients.summary(run.run_dir) if run.new_clients else {})}
+    return {
+        "status": "complete",
+        "rounds": int(cfg.rounds),
+        "config_fingerprint": run.rundir.fingerprint,
+        "metrics": summarize(run.history, int(cfg.eval.final_window)),
+        "time_per_round": float(np.mean(times)) if times else math.nan,
+        "wall_time": float(np.sum(times)),
+        "final": {k: v for k, v in run.evaluator.last.items()},
+        **run.algorithm.finish(run.run_dir),
+        **(run.new_clients.summary(run.run_dir) if run.new_clients else {}),
+    }

@@ -3,6 +3,7 @@
 Nothing depends on how many draws happened before, so a resumed run, a different
 executor, or a different participation pattern draws exactly the same numbers.
 """
+
 from __future__ import annotations
 
 import zlib

@@ -7,6 +7,7 @@ Switched on by ``eval.similarity.enabled`` (conf/config.yaml); the run loop call
 (as for fedbench/forgetting.py). S, MDS and the probes are FedReMa's own functions (fedbench/algorithms/fedrema.py), so
 beside FedReMa with the same options the monitor sees exactly what FedReMa sees.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -43,7 +44,7 @@ def draw_similarity_panels(panels: list[tuple[int, np.ndarray]], path, title: st
     fig.suptitle(title, fontsize=10)
     try:
         with written(path):
-            fig.savefig(path, dpi=plots.DPI)   # not cropped: >= 1000 px wide
+            fig.savefig(path, dpi=plots.DPI)  # not cropped: >= 1000 px wide
     finally:
         plt.close(fig)
     return path
@@ -57,26 +58,35 @@ class SimilarityMonitor:
 
     def __init__(self, run):
         cfg = run.cfg.eval.similarity
-        checks = {"every": int_at_least(1), "temperature": number(0, lo_open=True), "probe_scale": number(0, lo_open=True),
-                  "symmetric_temperature": boolean(), "ignore_self_gap": boolean()}
+        checks = {
+            "every": int_at_least(1),
+            "temperature": number(0, lo_open=True),
+            "probe_scale": number(0, lo_open=True),
+            "symmetric_temperature": boolean(),
+            "ignore_self_gap": boolean(),
+        }
         for key, (ok, allowed) in checks.items():
             v = OmegaConf.select(cfg, key, default="<missing>")
             if v == "<missing>" or not ok(v):
                 raise ConfigError(f"eval.similarity.{key}", v, allowed)
         rounds = OmegaConf.select(cfg, "save_rounds")
-        if not OmegaConf.is_list(rounds) or not all(isinstance(r, int) and not isinstance(r, bool) and r >= 1 for r in rounds):
+        if not OmegaConf.is_list(rounds) or not all(
+            isinstance(r, int) and not isinstance(r, bool) and r >= 1 for r in rounds
+        ):
             raise ConfigError("eval.similarity.save_rounds", rounds, "a list of rounds >= 1, e.g. [1, 50, 100, 150]")
         net = run.fm.net
         self.head_names = run.fm.names("head")
         if not self.head_names:
-            raise ConfigError("eval.similarity.enabled", True, f"a model with a head (model={run.cfg.model.name} has none)")
+            raise ConfigError(
+                "eval.similarity.enabled", True, f"a model with a head (model={run.cfg.model.name} has none)"
+            )
         self.head_bufs = [n for n in run.fm.buffer_names if net.part_of(n, "head")]
         self.run, self.dim, self.K = run, net.feature_dim, run.data.num_clients
         self.every, self.save_rounds, self.rounds = int(cfg.every), sorted(set(rounds)), int(run.cfg.rounds)
         self.temperature, self.probe_scale = float(cfg.temperature), float(cfg.probe_scale)
         self.symmetric, self.ignore_self_gap = bool(cfg.symmetric_temperature), bool(cfg.ignore_self_gap)
         self.dir = run.run_dir / "diagnostics" / DIR
-        self.keep, self.local = False, None   # local: (t, client ids, LocalResult) of the round's local models
+        self.keep, self.local = False, None  # local: (t, client ids, LocalResult) of the round's local models
         run.ctx.observers.append(self.observe)
 
     def observe(self, t: int, clients: list[int], res, phase: str) -> None:
@@ -103,15 +113,17 @@ class SimilarityMonitor:
         x = self.run.data.x
         probes = round_probes(self.run.cfg.seed, t, self.K, self.dim, self.probe_scale, clients, x.dtype).to(x.device)
         with torch.no_grad():
-            S = soft_logit_similarity(self.run.fm, heads, bufs, probes, self.temperature, self.symmetric)   # Eq. 5
-        A, gaps = mds(S, self.ignore_self_gap)                                                         # Alg. 1
+            S = soft_logit_similarity(self.run.fm, heads, bufs, probes, self.temperature, self.symmetric)  # Eq. 5
+        A, gaps = mds(S, self.ignore_self_gap)  # Alg. 1
         sizes = np.zeros(self.K, dtype=np.int64)
         sizes[ids] = A.sum(1).cpu().numpy()
         if t in self.save_rounds:
             self.save(t, ids, S, A, gaps)
-        return {"similarity/mean_max_diff": float(gaps.double().mean()),                              # Δs̄ (Eq. 8, a mean)
-                "similarity/relevant_set_size_mean": float(A.sum(1).double().mean()),
-                "similarity/relevant_set_sizes": sizes.tolist()}
+        return {
+            "similarity/mean_max_diff": float(gaps.double().mean()),  # Δs̄ (Eq. 8, a mean)
+            "similarity/relevant_set_size_mean": float(A.sum(1).double().mean()),
+            "similarity/relevant_set_sizes": sizes.tolist(),
+        }
 
     def save(self, t: int, ids: list[int], S, A, gaps) -> None:
         full_S = np.full((self.K, self.K), np.nan)
@@ -125,7 +137,9 @@ class SimilarityMonitor:
             np.savez(path, S=full_S, relevant=full_A, max_diff=full_gaps)
         panels = [(int(p.stem.split("_")[1]), np.load(p)["S"]) for p in sorted(self.dir.glob("round_*.npz"))]
         name = f"{self.run.cfg.algorithm.name} | {self.run.cfg.dataset.name} | {self.run.cfg.partition.name}"
-        png = draw_similarity_panels(panels, self.dir / "figure.png", f"soft-logit similarity S^(t) of the local heads ({name})")
+        png = draw_similarity_panels(
+            panels, self.dir / "figure.png", f"soft-logit similarity S^(t) of the local heads ({name})"
+        )
         self.run.image("head_similarity", png, t)
 
 

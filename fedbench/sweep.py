@@ -4,6 +4,7 @@ its number of jobs first, ``job k/N`` with an ETA for the whole sweep as each jo
 its jobs (overrides, status, best, final, time) and the ``fedbench-report <sweep dir>`` line on stdout; if a job
 failed, it ends with ``fedbench: 3 of 40 runs failed (...); see status.json in <sweep dir>/: <job dirs>`` on stderr
 and a non-zero exit."""
+
 from __future__ import annotations
 
 import json
@@ -18,7 +19,7 @@ from . import rundir
 from .console import HEADLINE, clock
 from .loggers import SWEPT, log_sweep_table, swept_keys
 
-SWEEP_FAILED: list[int] = []   # non-empty once a multirun of this process had a failed job (the exit code says so)
+SWEEP_FAILED: list[int] = []  # non-empty once a multirun of this process had a failed job (the exit code says so)
 
 
 def journal(sweep: Path, row: dict) -> None:
@@ -34,24 +35,32 @@ class SweepSummary(Callback):
     """Registered in conf/config.yaml (hydra.callbacks.sweep_summary)."""
 
     def on_multirun_start(self, config, **kwargs) -> None:
-        os.environ["FEDBENCH_LAUNCH"] = f"{os.getpid()}-{time.time_ns()}"   # inherited by the launcher's workers
+        os.environ["FEDBENCH_LAUNCH"] = f"{os.getpid()}-{time.time_ns()}"  # inherited by the launcher's workers
         n = job_count(config)
         os.environ["FEDBENCH_SWEEP_JOBS"] = str(n or "")
-        os.environ[SWEPT] = ",".join(swept_keys(config))   # the jobs' W&B run names show these (fedbench.loggers)
+        os.environ[SWEPT] = ",".join(swept_keys(config))  # the jobs' W&B run names show these (fedbench.loggers)
         print(f"fedbench: sweep {config.hydra.sweep.dir}" + (f": {n} jobs" if n else ""), flush=True)
 
     def on_job_start(self, config, **kwargs) -> None:
         launch = os.environ.get("FEDBENCH_LAUNCH")
         if launch and config.hydra.mode is not None and config.hydra.mode.name == "MULTIRUN":
-            print(job_line(Path(config.hydra.sweep.dir), launch, int(config.hydra.job.num),
-                           int(os.environ.get("FEDBENCH_SWEEP_JOBS") or 0), list(config.hydra.overrides.task)), flush=True)
+            print(
+                job_line(
+                    Path(config.hydra.sweep.dir),
+                    launch,
+                    int(config.hydra.job.num),
+                    int(os.environ.get("FEDBENCH_SWEEP_JOBS") or 0),
+                    list(config.hydra.overrides.task),
+                ),
+                flush=True,
+            )
 
     def on_multirun_end(self, config, **kwargs) -> None:
         sweep = Path(config.hydra.sweep.dir)
         rows = _rows(sweep, os.environ.get("FEDBENCH_LAUNCH"))
         summarize(sweep, rows)
         log_sweep_table(config, sweep, *job_table(sweep, rows))
-        for key in ("FEDBENCH_LAUNCH", "FEDBENCH_SWEEP_JOBS", SWEPT):   # a later run of this process is not a job
+        for key in ("FEDBENCH_LAUNCH", "FEDBENCH_SWEEP_JOBS", SWEPT):  # a later run of this process is not a job
             os.environ.pop(key, None)
 
 
@@ -67,7 +76,7 @@ def job_count(config) -> int | None:
     try:
         parsed = OverridesParser.create().parse_overrides(params + list(config.hydra.overrides.task))
         return sum(len(batch) for batch in BasicSweeper.split_arguments(parsed, None))
-    except Exception:   # Hydra reports a bad sweep itself
+    except Exception:  # Hydra reports a bad sweep itself
         return None
 
 
@@ -112,8 +121,14 @@ def lost_jobs(sweep: Path, launch: str) -> None:
                 state = json.loads(path.read_text()).get("status")
             except (OSError, ValueError, AttributeError):
                 state = None
-            rows.append({"job": None, "dir": str(d), "status": state if state not in (None, "running") else "lost",
-                         "error": "no result reached the launcher"})
+            rows.append(
+                {
+                    "job": None,
+                    "dir": str(d),
+                    "status": state if state not in (None, "running") else "lost",
+                    "error": "no result reached the launcher",
+                }
+            )
     if not summarize(sweep, rows):
         print(f"fedbench: the launcher stopped the sweep early; see {sweep}/", file=sys.stderr, flush=True)
 
@@ -130,8 +145,12 @@ def summarize(sweep: Path, rows: list[dict]) -> bool:
         kinds[r.get("status")] = kinds.get(r.get("status"), 0) + 1
     names = [os.path.relpath(r["dir"], sweep) for r in bad]
     shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
-    print(f"fedbench: {len(bad)} of {len(rows)} runs failed ({', '.join(f'{n} {k}' for k, n in kinds.items())}); "
-          f"see status.json in {sweep}/: {shown}", file=sys.stderr, flush=True)
+    print(
+        f"fedbench: {len(bad)} of {len(rows)} runs failed ({', '.join(f'{n} {k}' for k, n in kinds.items())}); "
+        f"see status.json in {sweep}/: {shown}",
+        file=sys.stderr,
+        flush=True,
+    )
     SWEEP_FAILED.append(1)
     return True
 
@@ -149,8 +168,16 @@ def job_table(sweep: Path, rows: list[dict]) -> tuple[list[str], list[list]]:
     for r, s, g in zip(rows, summaries, given):
         m = s.get("metrics", {}).get(metric, {})
         shown = " ".join(o for o in g if o not in common) if g else os.path.relpath(r["dir"], sweep)
-        data.append([None if r.get("job") is None else r["job"] + 1, shown or "-", str(r.get("status")), m.get("best"),
-                     m.get("final"), r["seconds"] if isinstance(r.get("seconds"), (int, float)) else None])
+        data.append(
+            [
+                None if r.get("job") is None else r["job"] + 1,
+                shown or "-",
+                str(r.get("status")),
+                m.get("best"),
+                m.get("final"),
+                r["seconds"] if isinstance(r.get("seconds"), (int, float)) else None,
+            ]
+        )
     return ["job", "overrides", "status", f"{metric} best", "final", "seconds"], data
 
 
@@ -159,8 +186,16 @@ def jobs_table(sweep: Path, rows: list[dict]) -> str:
     columns, data = job_table(sweep, rows)
     table = [[*columns[:-1], "time"]]
     for job, shown, status, best, final, seconds in data:
-        table.append(["?" if job is None else str(job), shown, status, "-" if best is None else f"{best:.4f}",
-                      "-" if final is None else f"{final:.4f}", "-" if seconds is None else clock(seconds)])
+        table.append(
+            [
+                "?" if job is None else str(job),
+                shown,
+                status,
+                "-" if best is None else f"{best:.4f}",
+                "-" if final is None else f"{final:.4f}",
+                "-" if seconds is None else clock(seconds),
+            ]
+        )
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     done = sum(r.get("status") == "complete" for r in rows)
     lines = [f"fedbench: sweep {sweep}: {done} of {len(rows)} jobs complete"]

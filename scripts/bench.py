@@ -25,6 +25,7 @@ peak memory against the number of clients for both executors, printed and plotte
     python scripts/bench.py --executors sequential@1,sequential   # one client at a time vs parallel workers
     python scripts/bench.py --calls dir0.1 --clients 100 --batch-size 128 --epochs 10   # batched calls per round only
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,7 +46,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-PER_CLIENT = 600   # images per client before the 80/20 train/test split, in every workload
+PER_CLIENT = 600  # images per client before the 80/20 train/test split, in every workload
 
 
 def matmul_peak(device: torch.device, n: int = 2048, reps: int = 10, trials: int = 3, warmup: int = 3) -> float:
@@ -62,7 +63,7 @@ def matmul_peak(device: torch.device, n: int = 2048, reps: int = 10, trials: int
             a @ b
         if device.type == "cuda":
             torch.cuda.synchronize()
-        best = max(best, 2 * n ** 3 * reps / (time.perf_counter() - tic))
+        best = max(best, 2 * n**3 * reps / (time.perf_counter() - tic))
     return best
 
 
@@ -92,8 +93,9 @@ def flops_per_sample(net, shape, device, train: bool) -> float:
     return fc.get_total_flops() / 100
 
 
-def workload_overrides(name: str, clients: int, data_root: str | None, shape: str = "3,32,32",
-                       test_per_class: int = 1000) -> list[str]:
+def workload_overrides(
+    name: str, clients: int, data_root: str | None, shape: str = "3,32,32", test_per_class: int = 1000
+) -> list[str]:
     """Config overrides of a workload (module docstring)."""
     synthetic = ["dataset=synthetic", f"dataset.shape=[{shape}]", f"dataset.test_per_class={test_per_class}"]
     if name == "equal":
@@ -102,8 +104,11 @@ def workload_overrides(name: str, clients: int, data_root: str | None, shape: st
             return part + ["dataset=cifar10", f"dataset.root={data_root}"]
         return part + synthetic + [f"dataset.train_per_class={math.ceil(clients * PER_CLIENT / 10)}"]
     if name.startswith("dir"):
-        return (["partition=dirichlet", f"partition.alpha={float(name[3:])}", "partition.min_size=10"] + synthetic
-                + [f"dataset.train_per_class={math.ceil(clients * PER_CLIENT / 10)}"])
+        return (
+            ["partition=dirichlet", f"partition.alpha={float(name[3:])}", "partition.min_size=10"]
+            + synthetic
+            + [f"dataset.train_per_class={math.ceil(clients * PER_CLIENT / 10)}"]
+        )
     raise SystemExit(f"bench.py: unknown workload {name!r} (equal, dir<alpha> e.g. dir0.1)")
 
 
@@ -111,12 +116,23 @@ def measure(spec: dict) -> dict:
     """One (workload, executor, clients, tf32) measurement, in this process (``--worker``)."""
     from fedbench.run import Run
 
-    executor, _, workers = spec["executor"].partition("@")   # e.g. sequential@1: one client at a time
-    overrides = ["logger=none", f"hardware.device={spec['device']}", f"hardware.executor={executor}",
-                 f"hardware.workers={workers or 'auto'}", f"hardware.precision={spec['precision']}",
-                 f"hardware.tf32={str(spec['tf32']).lower()}", f"hardware.max_memory={spec.get('max_memory') or 'null'}", f"clients={spec['clients']}", f"model={spec['model']}",
-                 f"local_epochs={spec['epochs']}", f"batch_size={spec['batch_size']}", "lr=0.01", f"hardware.channels_last={spec['channels_last']}",
-                 *workload_overrides(spec["workload"], spec["clients"], spec["data"], spec["shape"], spec["test_per_class"])]
+    executor, _, workers = spec["executor"].partition("@")  # e.g. sequential@1: one client at a time
+    overrides = [
+        "logger=none",
+        f"hardware.device={spec['device']}",
+        f"hardware.executor={executor}",
+        f"hardware.workers={workers or 'auto'}",
+        f"hardware.precision={spec['precision']}",
+        f"hardware.tf32={str(spec['tf32']).lower()}",
+        f"hardware.max_memory={spec.get('max_memory') or 'null'}",
+        f"clients={spec['clients']}",
+        f"model={spec['model']}",
+        f"local_epochs={spec['epochs']}",
+        f"batch_size={spec['batch_size']}",
+        "lr=0.01",
+        f"hardware.channels_last={spec['channels_last']}",
+        *workload_overrides(spec["workload"], spec["clients"], spec["data"], spec["shape"], spec["test_per_class"]),
+    ]
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=overrides)
     run = Run(cfg, tempfile.mkdtemp(prefix="fedbench-bench-"))
@@ -127,9 +143,15 @@ def measure(spec: dict) -> dict:
     run.evaluator(algo, 0)
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
-    rounds = [timed(lambda: (algo.round(t, clients), run.evaluator(algo, t)), dev, spec["peak_n"])
-              for t in range(1, spec["rounds"] + 1)]
-    peak = torch.cuda.max_memory_allocated(dev) if dev.type == "cuda" else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    rounds = [
+        timed(lambda: (algo.round(t, clients), run.evaluator(algo, t)), dev, spec["peak_n"])
+        for t in range(1, spec["rounds"] + 1)
+    ]
+    peak = (
+        torch.cuda.max_memory_allocated(dev)
+        if dev.type == "cuda"
+        else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    )
     times = [s for s, _ in rounds]
     sizes = [len(run.data.train_idx[k]) for k in range(run.data.num_clients)]
     n_train = sum(sizes)
@@ -140,11 +162,20 @@ def measure(spec: dict) -> dict:
     train_flops = n_train * spec["epochs"] * flops_per_sample(net, shape, dev, True)
     work = train_flops + n_eval * flops_per_sample(net, shape, dev, False)
     s = min(times)
-    return {**spec, "s_per_round": s, "median_s": sorted(times)[len(times) // 2], "samples_per_s": n_train * spec["epochs"] / s,
-            "flops_per_s": work / s, "fractions": sorted(work / t / p for t, p in rounds), "peak_bytes": int(peak),
-            "client_steps": sum(steps), "longest": max(steps), "sizes": [min(sizes), max(sizes)],
-            "clean_s": None if clean is None else min(t for t, _ in clean),
-            "clean_fractions": None if clean is None else sorted(train_flops / t / p for t, p in clean)}
+    return {
+        **spec,
+        "s_per_round": s,
+        "median_s": sorted(times)[len(times) // 2],
+        "samples_per_s": n_train * spec["epochs"] / s,
+        "flops_per_s": work / s,
+        "fractions": sorted(work / t / p for t, p in rounds),
+        "peak_bytes": int(peak),
+        "client_steps": sum(steps),
+        "longest": max(steps),
+        "sizes": [min(sizes), max(sizes)],
+        "clean_s": None if clean is None else min(t for t, _ in clean),
+        "clean_fractions": None if clean is None else sorted(train_flops / t / p for t, p in clean),
+    }
 
 
 def clean_loop(run, spec) -> list[tuple[float, float]]:
@@ -155,7 +186,9 @@ def clean_loop(run, spec) -> list[tuple[float, float]]:
 
     data = run.data
     ids = list(range(data.num_clients))
-    sched = make_schedule([data.train_idx[k] for k in ids], ids, spec["batch_size"], 0, "train", 1, epochs=spec["epochs"])
+    sched = make_schedule(
+        [data.train_idx[k] for k in ids], ids, spec["batch_size"], 0, "train", 1, epochs=spec["epochs"]
+    )
     net = copy.deepcopy(run.fm.net)
     fmt = torch.channels_last if spec["channels_last"] == "true" else torch.contiguous_format
     net = net.to(memory_format=fmt)
@@ -186,27 +219,44 @@ def count_calls(args) -> None:
 
     data = None if args.synthetic else find_data()
     ov = workload_overrides(args.calls, args.clients, data)
-    if args.calls.startswith("dir"):   # the whole training set, as a paper's Dirichlet split
-        ov = [o for o in ov if not o.startswith("dataset")] + (["dataset=cifar10", f"dataset.root={data}"] if data else
-                                                               ["dataset=synthetic", "dataset.shape=[3,32,32]",
-                                                                "dataset.train_per_class=5000", "dataset.test_per_class=1000"])
+    if args.calls.startswith("dir"):  # the whole training set, as a paper's Dirichlet split
+        ov = [o for o in ov if not o.startswith("dataset")] + (
+            ["dataset=cifar10", f"dataset.root={data}"]
+            if data
+            else [
+                "dataset=synthetic",
+                "dataset.shape=[3,32,32]",
+                "dataset.train_per_class=5000",
+                "dataset.test_per_class=1000",
+            ]
+        )
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=[f"clients={args.clients}", *ov])
     from fedbench.data.datasets import load_dataset
 
     ds = load_dataset(cfg.dataset, cache_dir=cfg.cache_dir)
-    part = make_partition(cfg.partition, ds.y.numpy(), ds.n_train, ds.num_classes, args.clients,
-                          seeding.rng(int(cfg.partition.seed), "partition"))
+    part = make_partition(
+        cfg.partition,
+        ds.y.numpy(),
+        ds.n_train,
+        ds.num_classes,
+        args.clients,
+        seeding.rng(int(cfg.partition.seed), "partition"),
+    )
     sched = make_schedule(part.train, list(range(args.clients)), args.batch_size, 0, "train", 1, epochs=args.epochs)
     steps = [len(s) for s in sched]
     grouped = sum(len({len(s[t]) for s in sched if t < len(s)}) for t in range(max(steps)))
-    print(f"{args.calls}, {args.clients} clients ({min(map(len, part.train))}–{max(map(len, part.train))} training "
-          f"images each), B={args.batch_size}, E={args.epochs}: {sum(steps)} client-steps per round; vectorized calls "
-          f"per round: {max(steps)} (one per local step index; the per-size grouping made {grouped})")
+    print(
+        f"{args.calls}, {args.clients} clients ({min(map(len, part.train))}–{max(map(len, part.train))} training "
+        f"images each), B={args.batch_size}, E={args.epochs}: {sum(steps)} client-steps per round; vectorized calls "
+        f"per round: {max(steps)} (one per local step index; the per-size grouping made {grouped})"
+    )
 
 
 def find_data() -> str | None:
-    for p in ([Path(os.environ["FEDBENCH_DATA"])] if os.environ.get("FEDBENCH_DATA") else []) + [REPO.parent / "shared" / "data"]:
+    for p in ([Path(os.environ["FEDBENCH_DATA"])] if os.environ.get("FEDBENCH_DATA") else []) + [
+        REPO.parent / "shared" / "data"
+    ]:
         if (p / "cifar10").exists():
             return str(p.resolve())
     return None
@@ -216,8 +266,10 @@ def in_worker(spec: dict) -> dict:
     """``measure(spec)`` in a fresh process (its peak memory is its own)."""
     p = subprocess.run([sys.executable, __file__, "--worker", json.dumps(spec)], capture_output=True, text=True)
     if p.returncode:
-        raise SystemExit(f"bench.py: the measurement {spec['workload']}/{spec['executor']}/{spec['clients']} clients "
-                         f"failed:\n{p.stderr[-3000:]}")
+        raise SystemExit(
+            f"bench.py: the measurement {spec['workload']}/{spec['executor']}/{spec['clients']} clients "
+            f"failed:\n{p.stderr[-3000:]}"
+        )
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
@@ -226,16 +278,22 @@ def label(r: dict, tf32s: list) -> str:
 
 
 def report(r: dict, peak: float, name: str) -> None:
-    print(f"{name:>22}: {r['s_per_round']:.2f} s/round (median {r['median_s']:.2f}), "
-          f"{r['samples_per_s']:.0f} sample-gradients/s, {r['flops_per_s'] / 1e9:.1f} GFLOP/s, "
-          f"fraction of FLOP bound {r['flops_per_s'] / peak:.2f}, peak memory {r['peak_bytes'] / 2**20:.0f} MiB")
+    print(
+        f"{name:>22}: {r['s_per_round']:.2f} s/round (median {r['median_s']:.2f}), "
+        f"{r['samples_per_s']:.0f} sample-gradients/s, {r['flops_per_s'] / 1e9:.1f} GFLOP/s, "
+        f"fraction of FLOP bound {r['flops_per_s'] / peak:.2f}, peak memory {r['peak_bytes'] / 2**20:.0f} MiB"
+    )
     f = r["fractions"]
-    print(f"{'':>22}  per round, against the peak measured right before and after it: median "
-          f"{f[len(f) // 2]:.2f} (range {f[0]:.2f}–{f[-1]:.2f})")
+    print(
+        f"{'':>22}  per round, against the peak measured right before and after it: median "
+        f"{f[len(f) // 2]:.2f} (range {f[0]:.2f}–{f[-1]:.2f})"
+    )
     if r["clean_s"]:
         c = r["clean_fractions"]
-        print(f"{'':>22}  reference plain loop (training only): {r['clean_s']:.2f} s, "
-              f"fraction of FLOP bound against the peak around it {c[-1]:.2f} (range {c[0]:.2f}–{c[-1]:.2f})")
+        print(
+            f"{'':>22}  reference plain loop (training only): {r['clean_s']:.2f} s, "
+            f"fraction of FLOP bound against the peak around it {c[-1]:.2f} (range {c[0]:.2f}–{c[-1]:.2f})"
+        )
 
 
 def sweep(args, base: dict, executors: list[str]) -> list[dict]:
@@ -243,16 +301,31 @@ def sweep(args, base: dict, executors: list[str]) -> list[dict]:
     out = []
     for n in [int(c) for c in args.clients_sweep.split(",")]:
         for ex in executors:
-            out.append(in_worker({**base, "executor": ex, "clients": n, "workload": args.sweep_workload, "clean": False,
-                                  "data": None}))   # synthetic at every size (CIFAR-10 has 50k images)
-    print(f"clients sweep (workload {args.sweep_workload}, synthetic {args.shape}, {args.epochs} local epochs, batch {args.batch_size}, "
-          f"{args.rounds} timed round(s) each; peak memory: "
-          f"{'allocated on the GPU' if args.device.startswith('cuda') else 'process RSS'}):")
+            out.append(
+                in_worker(
+                    {
+                        **base,
+                        "executor": ex,
+                        "clients": n,
+                        "workload": args.sweep_workload,
+                        "clean": False,
+                        "data": None,
+                    }
+                )
+            )  # synthetic at every size (CIFAR-10 has 50k images)
+    print(
+        f"clients sweep (workload {args.sweep_workload}, synthetic {args.shape}, {args.epochs} local epochs, "
+        f"batch {args.batch_size}, "
+        f"{args.rounds} timed round(s) each; peak memory: "
+        f"{'allocated on the GPU' if args.device.startswith('cuda') else 'process RSS'}):"
+    )
     print(f"{'clients':>8} {'executor':>14} {'s/round':>9} {'sample-grad/s':>14} {'peak MiB':>9} {'calls/round':>12}")
     for r in out:
         calls = r["longest"] if r["executor"] == "vectorized" else r["client_steps"]
-        print(f"{r['clients']:>8} {r['executor']:>14} {r['s_per_round']:>9.2f} {r['samples_per_s']:>14.0f} "
-              f"{r['peak_bytes'] / 2**20:>9.0f} {calls:>12}")
+        print(
+            f"{r['clients']:>8} {r['executor']:>14} {r['s_per_round']:>9.2f} {r['samples_per_s']:>14.0f} "
+            f"{r['peak_bytes'] / 2**20:>9.0f} {calls:>12}"
+        )
     if args.plot:
         plot(out, executors, Path(args.plot), f"{args.sweep_workload} workload, {args.device}")
         print(f"plot: {args.plot}")
@@ -266,8 +339,12 @@ def plot(rows: list[dict], executors: list[str], path: Path, title: str) -> None
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
-    for ax, key, name, scale in zip(axes, ("s_per_round", "samples_per_s", "peak_bytes"),
-                                     ("seconds per round", "sample-gradients / s", "peak memory (MiB)"), (1, 1, 2**-20)):
+    for ax, key, name, scale in zip(
+        axes,
+        ("s_per_round", "samples_per_s", "peak_bytes"),
+        ("seconds per round", "sample-gradients / s", "peak memory (MiB)"),
+        (1, 1, 2**-20),
+    ):
         for ex in executors:
             pts = [(r["clients"], r[key] * scale) for r in rows if r["executor"] == ex]
             ax.plot(*zip(*pts), marker="o", label=ex)
@@ -296,21 +373,39 @@ def main():
     ap.add_argument("--plot", default=None, help="where to draw the clients sweep (PNG)")
     ap.add_argument("--json", default=None, help="write every measurement to this file")
     ap.add_argument("--channels-last", dest="channels_last", default="true", choices=["true", "false"])
-    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
-                    help="bf16: autocast (the fraction is still of the fp32 matmul bound)")
+    ap.add_argument(
+        "--precision",
+        default="fp32",
+        choices=["fp32", "bf16"],
+        help="bf16: autocast (the fraction is still of the fp32 matmul bound)",
+    )
     ap.add_argument("--tf32", default="off", help="off, on, or off,on (both); GPU only")
     ap.add_argument("--synthetic", action="store_true", help="ignore the shared data folder")
     ap.add_argument("--no-clean", dest="clean", action="store_false", help="skip the plain-loop reference")
     ap.add_argument("--batch-size", dest="batch_size", type=int, default=100)
     ap.add_argument("--model", default="cnn", help="conf/model option (the FedAvg CIFAR CNN by default)")
     ap.add_argument("--shape", default="3,32,32", help="synthetic image shape")
-    ap.add_argument("--test-per-class", dest="test_per_class", type=int, default=1000, help="synthetic test images per class")
-    ap.add_argument("--calls", default=None, help="only count the vectorized executor's batched calls per round on this "
-                                                  "workload (e.g. dir0.1), no training")
-    ap.add_argument("--max-memory", dest="max_memory", default=None,
-                    help="hardware.max_memory for the vectorized executor (bytes or a fraction; default: no budget)")
-    ap.add_argument("--peak-size", dest="peak_n", type=int, default=2048,
-                    help="n of the n x n fp32 matmuls that measure the machine's peak (smaller: cheaper, lower peak)")
+    ap.add_argument(
+        "--test-per-class", dest="test_per_class", type=int, default=1000, help="synthetic test images per class"
+    )
+    ap.add_argument(
+        "--calls",
+        default=None,
+        help="only count the vectorized executor's batched calls per round on this workload (e.g. dir0.1), no training",
+    )
+    ap.add_argument(
+        "--max-memory",
+        dest="max_memory",
+        default=None,
+        help="hardware.max_memory for the vectorized executor (bytes or a fraction; default: no budget)",
+    )
+    ap.add_argument(
+        "--peak-size",
+        dest="peak_n",
+        type=int,
+        default=2048,
+        help="n of the n x n fp32 matmuls that measure the machine's peak (smaller: cheaper, lower peak)",
+    )
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -323,14 +418,27 @@ def main():
     device = torch.device(args.device)
     tf32s = [t == "on" for t in args.tf32.split(",")]
     peak = matmul_peak(device, n=args.peak_n)
-    print(f"device={device}{' ' + torch.cuda.get_device_name(device) if device.type == 'cuda' else ''} "
-          f"threads={torch.get_num_threads()} precision={args.precision} channels_last={args.channels_last} "
-          f"tf32={args.tf32} data={'CIFAR-10 ' + data if data else 'synthetic'} (uneven workloads: synthetic)")
+    print(
+        f"device={device}{' ' + torch.cuda.get_device_name(device) if device.type == 'cuda' else ''} "
+        f"threads={torch.get_num_threads()} precision={args.precision} channels_last={args.channels_last} "
+        f"tf32={args.tf32} data={'CIFAR-10 ' + data if data else 'synthetic'} (uneven workloads: synthetic)"
+    )
     print(f"fp32 matmul peak: {peak / 1e9:.1f} GFLOP/s")
-    base = {"device": args.device, "rounds": args.rounds, "epochs": args.epochs, "batch_size": args.batch_size,
-            "model": args.model, "shape": args.shape, "test_per_class": args.test_per_class, "precision": args.precision,
-            "max_memory": args.max_memory, "peak_n": args.peak_n,
-            "channels_last": args.channels_last, "data": data, "clean": args.clean}
+    base = {
+        "device": args.device,
+        "rounds": args.rounds,
+        "epochs": args.epochs,
+        "batch_size": args.batch_size,
+        "model": args.model,
+        "shape": args.shape,
+        "test_per_class": args.test_per_class,
+        "precision": args.precision,
+        "max_memory": args.max_memory,
+        "peak_n": args.peak_n,
+        "channels_last": args.channels_last,
+        "data": data,
+        "clean": args.clean,
+    }
     executors = args.executors.split(",")
     res = []
     for workload in args.workloads.split(","):
@@ -342,16 +450,22 @@ def main():
                 res.append(r)
                 report(r, peak, f"{workload} {label(r, tf32s)}")
         any_r = next(iter(got.values()))
-        print(f"{'':>22}  {workload}: client sizes {any_r['sizes'][0]}–{any_r['sizes'][1]}, {any_r['client_steps']} "
-              f"client-steps/round; vectorized calls/round {any_r['longest']} (one per local step index)")
+        print(
+            f"{'':>22}  {workload}: client sizes {any_r['sizes'][0]}–{any_r['sizes'][1]}, {any_r['client_steps']} "
+            f"client-steps/round; vectorized calls/round {any_r['longest']} (one per local step index)"
+        )
         for tf in tf32s:
             suffix = f" tf32={'on' if tf else 'off'}" if len(tf32s) > 1 else ""
             if f"sequential{suffix}" in got and f"sequential@1{suffix}" in got:
-                print(f"{workload}: sequential@1/sequential (parallel client workers) time ratio{suffix}: "
-                      f"{got[f'sequential@1{suffix}']['s_per_round'] / got[f'sequential{suffix}']['s_per_round']:.2f}")
+                print(
+                    f"{workload}: sequential@1/sequential (parallel client workers) time ratio{suffix}: "
+                    f"{got[f'sequential@1{suffix}']['s_per_round'] / got[f'sequential{suffix}']['s_per_round']:.2f}"
+                )
             if f"sequential{suffix}" in got and f"vectorized{suffix}" in got:
-                print(f"{workload}: vectorized/sequential time ratio{suffix}: "
-                      f"{got[f'vectorized{suffix}']['s_per_round'] / got[f'sequential{suffix}']['s_per_round']:.2f}")
+                print(
+                    f"{workload}: vectorized/sequential time ratio{suffix}: "
+                    f"{got[f'vectorized{suffix}']['s_per_round'] / got[f'sequential{suffix}']['s_per_round']:.2f}"
+                )
     if args.clients_sweep:
         res += sweep(args, {**base, "tf32": tf32s[0]}, executors)
     if args.json:

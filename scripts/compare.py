@@ -7,6 +7,7 @@ kept because docs/baselines.md and conf/experiment/fedka/baselines_reduced.yaml 
 Runs with a `table:` node get their table (mean ± std over seeds, paper numbers, Markdown/CSV/PNG in
 <dir>/report/); `--metric` picks the accuracy shown (best, final) for runs without one.
 """
+
 import sys
 
 from fedbench.report import main

@@ -1,4 +1,4 @@
-"""Compare runs at equal rounds — for runs that are unfinished or of unequal length (e.g. a paper-scale run still going).
+"""Compare runs at equal rounds — for unfinished runs or runs of unequal length (e.g. a paper-scale run still going).
 
     python scripts/equal_rounds.py LABEL=RUN_DIR [LABEL=RUN_DIR ...] --metric pers/acc --out PREFIX
 
@@ -6,6 +6,7 @@ Reads each run's ``metrics.jsonl`` (a round logged twice, e.g. across a resume, 
 rounds every run has, and writes ``PREFIX.csv`` (round, one column per run) and ``PREFIX.png`` (the curves), then
 prints, at the last common round T: each run's value at T, its best up to T and the round of that best.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,7 +20,7 @@ def rounds(run_dir: Path, metric: str) -> dict[int, float]:
     for line in (run_dir / "metrics.jsonl").read_text().splitlines():
         try:
             row = json.loads(line)
-        except json.JSONDecodeError:      # a line cut by a kill
+        except json.JSONDecodeError:  # a line cut by a kill
             continue
         if metric in row:
             out[int(row["round"])] = float(row[metric])
@@ -56,7 +57,7 @@ def main(argv=None) -> int:
         ax.plot(common, [s[t] for t in common], label=label, lw=1)
     ax.set_xlabel("round")
     ax.set_ylabel(a.metric)
-    tail = [s[t] for s in series.values() for t in common[len(common) // 10:]]   # zoom on the last 90 % of rounds
+    tail = [s[t] for s in series.values() for t in common[len(common) // 10 :]]  # zoom on the last 90 % of rounds
     ax.set_ylim(max(0.0, min(tail) - 0.01), max(tail) + 0.005)
     ax.legend()
     ax.grid(alpha=0.3)
@@ -66,8 +67,10 @@ def main(argv=None) -> int:
     print(f"last common round: {T}")
     for label, s in series.items():
         best_t = max(common, key=lambda t: (s[t], -t))
-        print(f"  {label}: at round {T} {s[T]:.4f}; best up to {T}: {s[best_t]:.4f} (round {best_t}); "
-              f"logged rounds: {min(s)}..{max(s)}")
+        print(
+            f"  {label}: at round {T} {s[T]:.4f}; best up to {T}: {s[best_t]:.4f} (round {best_t}); "
+            f"logged rounds: {min(s)}..{max(s)}"
+        )
     return 0
 
 

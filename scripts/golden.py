@@ -7,6 +7,7 @@ meant to change numbers, and say so in the commit:
     python scripts/golden.py --write            # all algorithms (about 2 min on one core)
     python scripts/golden.py fedavg pfedme      # print the differences of some, write nothing
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,15 +22,36 @@ REPO = Path(__file__).resolve().parent.parent
 FIXTURE = REPO / "tests" / "golden" / "runs.json"
 PRECISIONS = ("fp64", "fp32")
 # what every golden run shares: tiny and fast, 2 rounds, partial participation (sampling is exercised), eval each round
-COMMON = ["logger=none", "hardware=cpu", "hardware.threads=1", "hardware.executor=sequential", "dataset=digits",
-          "model=tiny_cnn",   # BatchNorm in body and head
-          "rounds=2", "eval_every=1", "clients=6", "participation=0.5", "local_epochs=1", "batch_size=32", "seed=3",
-          "checkpoint.final_model=false"]
+COMMON = [
+    "logger=none",
+    "hardware=cpu",
+    "hardware.threads=1",
+    "hardware.executor=sequential",
+    "dataset=digits",
+    "model=tiny_cnn",  # BatchNorm in body and head
+    "rounds=2",
+    "eval_every=1",
+    "clients=6",
+    "participation=0.5",
+    "local_epochs=1",
+    "batch_size=32",
+    "seed=3",
+    "checkpoint.final_model=false",
+]
 # per algorithm, what it needs on digits to run in seconds (nothing for most)
-EXTRA = {"cafeme": ["model=cafeme_mnist", "model.channels=[4,8]", "model.kernel_size=3", "model.padding=1",
-                    "model.hidden=[16]", "model.modulator_hidden=[8]", "model.modulator_post=[8]"],
-         "fedcom": ["partition=complementary_pairs", "clients=10"],   # needs each client's minority class
-         "ecl_m3": ["drop_last=true"]}   # a 1-sample last batch would reach the head's BatchNorm
+EXTRA = {
+    "cafeme": [
+        "model=cafeme_mnist",
+        "model.channels=[4,8]",
+        "model.kernel_size=3",
+        "model.padding=1",
+        "model.hidden=[16]",
+        "model.modulator_hidden=[8]",
+        "model.modulator_post=[8]",
+    ],
+    "fedcom": ["partition=complementary_pairs", "clients=10"],  # needs each client's minority class
+    "ecl_m3": ["drop_last=true"],
+}  # a 1-sample last batch would reach the head's BatchNorm
 
 
 def algorithms() -> list[str]:
@@ -45,7 +67,11 @@ def machine() -> str:
         info = Path("/proc/cpuinfo").read_text()
         model = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")), "")
         flags = next((ln.split(":", 1)[1].split() for ln in info.splitlines() if ln.startswith("flags")), [])
-        cpu = model + " " + hashlib.sha256(" ".join(sorted(f for f in flags if f.startswith("avx"))).encode()).hexdigest()[:8]
+        cpu = (
+            model
+            + " "
+            + hashlib.sha256(" ".join(sorted(f for f in flags if f.startswith("avx"))).encode()).hexdigest()[:8]
+        )
     except OSError:
         cpu = platform.processor()
     return f"{cpu} | torch {torch.__version__} | {platform.machine()}"
@@ -75,13 +101,15 @@ def diff(want, got, path="", rel: float = 0.0) -> list[str]:
     """Every place where ``got`` differs from ``want``: numbers exactly, or with ``rel`` > 0 beyond
     ``rel * max(1, |want|)``."""
     if isinstance(want, dict) and isinstance(got, dict):
-        out = [f"{path}/{k}: missing" for k in want if k not in got] + [f"{path}/{k}: new" for k in got if k not in want]
+        out = [f"{path}/{k}: missing" for k in want if k not in got] + [
+            f"{path}/{k}: new" for k in got if k not in want
+        ]
         return out + [d for k in want if k in got for d in diff(want[k], got[k], f"{path}/{k}", rel)]
     if isinstance(want, list) and isinstance(got, list):
         if len(want) != len(got):
             return [f"{path}: {len(want)} items, now {len(got)}"]
         return [d for i, (a, b) in enumerate(zip(want, got)) for d in diff(a, b, f"{path}[{i}]", rel)]
-    same = want == got or (want != want and got != got)   # NaN == NaN here
+    same = want == got or (want != want and got != got)  # NaN == NaN here
     if not same and rel and _number(want) and _number(got):
         same = abs(want - got) <= rel * max(1.0, abs(want))
     return [] if same else [f"{path}: {want!r} -> {got!r}"]
@@ -106,7 +134,7 @@ def main(argv=None) -> int:
                 key = f"{name}/{precision}"
                 try:
                     got = record(name, precision, Path(tmp))
-                except Exception as e:   # say which, go on: one pass shows every config that cannot run here
+                except Exception as e:  # say which, go on: one pass shows every config that cannot run here
                     print(f"{key}: FAILED {type(e).__name__}: {e}", flush=True)
                     failed += 1
                     continue

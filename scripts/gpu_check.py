@@ -9,6 +9,7 @@
 
 ``--quick`` shrinks every run (the CPU smoke test of the script uses it).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,12 +27,16 @@ sys.path.insert(0, str(REPO))
 FAILED: list[str] = []
 
 # (name, overrides): the methods whose client state makes the two executors' bookkeeping differ most
-CASES = [("fedavg tiny_cnn (BN)", ["algorithm=fedavg", "model=tiny_cnn"]),
-         ("fedavg mlp", ["algorithm=fedavg", "model=mlp"]),
-         ("scaffold", ["algorithm=scaffold", "model=tiny_cnn"]),
-         ("fedrod persistent state", ["algorithm=fedrod", "model=tiny_cnn", "algorithm.head_scope=head",
-                                      "optim.persistent_state=true"]),
-         ("ditto", ["algorithm=ditto", "model=tiny_cnn"])]
+CASES = [
+    ("fedavg tiny_cnn (BN)", ["algorithm=fedavg", "model=tiny_cnn"]),
+    ("fedavg mlp", ["algorithm=fedavg", "model=mlp"]),
+    ("scaffold", ["algorithm=scaffold", "model=tiny_cnn"]),
+    (
+        "fedrod persistent state",
+        ["algorithm=fedrod", "model=tiny_cnn", "algorithm.head_scope=head", "optim.persistent_state=true"],
+    ),
+    ("ditto", ["algorithm=ditto", "model=tiny_cnn"]),
+]
 
 
 def cfg_of(*overrides: str):
@@ -76,22 +81,30 @@ def compare(name: str, a, b, tol: float) -> None:
 def cmd_env(args) -> None:
     from fedbench.engine import numerics
 
-    print(f"python {sys.version.split()[0]}, torch {torch.__version__}, CUDA build {torch.version.cuda}, "
-          f"cuDNN {torch.backends.cudnn.version()}")
+    print(
+        f"python {sys.version.split()[0]}, torch {torch.__version__}, CUDA build {torch.version.cuda}, "
+        f"cuDNN {torch.backends.cudnn.version()}"
+    )
     if not torch.cuda.is_available():
-        print(f"no CUDA device: torch.cuda.is_available() is False (TF32 flags as torch starts: {numerics.tf32_flags()})")
+        print(
+            f"no CUDA device: torch.cuda.is_available() is False (TF32 flags as torch starts: {numerics.tf32_flags()})"
+        )
         return
     for i in range(torch.cuda.device_count()):
         p = torch.cuda.get_device_properties(i)
         print(f"cuda:{i} {p.name}, {p.total_memory / 2**30:.1f} GiB, compute capability {p.major}.{p.minor}")
     print(f"TF32 as torch starts: {numerics.tf32_flags()}")
     numerics.configure(False, False, torch.device("cuda"))
-    print(f"TF32 under hardware.tf32=false (fedbench's default): {numerics.tf32_flags()}; "
-          f"cudnn.benchmark={torch.backends.cudnn.benchmark}")
+    print(
+        f"TF32 under hardware.tf32=false (fedbench's default): {numerics.tf32_flags()}; "
+        f"cudnn.benchmark={torch.backends.cudnn.benchmark}"
+    )
     numerics.configure(True, True, torch.device("cuda"))
-    print(f"TF32 under hardware.tf32=true: {numerics.tf32_flags()}; hardware.deterministic=true: "
-          f"deterministic={torch.are_deterministic_algorithms_enabled()}, cudnn.deterministic="
-          f"{torch.backends.cudnn.deterministic}, CUBLAS_WORKSPACE_CONFIG set by setup")
+    print(
+        f"TF32 under hardware.tf32=true: {numerics.tf32_flags()}; hardware.deterministic=true: "
+        f"deterministic={torch.are_deterministic_algorithms_enabled()}, cudnn.deterministic="
+        f"{torch.backends.cudnn.deterministic}, CUBLAS_WORKSPACE_CONFIG set by setup"
+    )
 
 
 def cmd_equality(args) -> None:
@@ -99,7 +112,13 @@ def cmd_equality(args) -> None:
     cases = CASES[:1] if args.quick else CASES
     for precision, tol in (("fp64", 1e-9), ("fp32", 1e-5)):
         for name, ov in cases:
-            base = [f"hardware.device={args.device}", f"hardware.precision={precision}", "hardware.tf32=false", *ov, *rounds]
+            base = [
+                f"hardware.device={args.device}",
+                f"hardware.precision={precision}",
+                "hardware.tf32=false",
+                *ov,
+                *rounds,
+            ]
             got = [run(*base, f"hardware.executor={ex}") for ex in ("sequential", "vectorized")]
             compare(f"sequential == vectorized on {args.device}, {precision}, {name}", *got, tol)
 
@@ -108,7 +127,10 @@ def cmd_cpu_vs_cuda(args) -> None:
     base = ["hardware.precision=fp64", "hardware.executor=sequential", "algorithm=fedavg", "model=tiny_cnn"]
     a, b = run(*base, "hardware.device=cpu"), run(*base, "hardware.device=cuda")
     compare("the same fp64 run on the CPU and on CUDA (sequential)", a, b, 1e-9)
-    a, b = run(*base, "hardware.device=cpu"), run(*base[:1], "hardware.executor=vectorized", *base[2:], "hardware.device=cuda")
+    a, b = (
+        run(*base, "hardware.device=cpu"),
+        run(*base[:1], "hardware.executor=vectorized", *base[2:], "hardware.device=cuda"),
+    )
     compare("fp64: CPU sequential vs CUDA vectorized", a, b, 1e-9)
 
 
@@ -117,14 +139,20 @@ def cmd_syncs(args) -> None:
     from fedbench.engine.syncs import HostSyncCounter
     from fedbench.run import Run
 
-    ov = ["hardware.executor=vectorized", f"hardware.device={args.device}", "model=tiny_cnn", "clients=6",
-          "partition.alpha=0.3", "dataset.augment={crop_padding: 1, hflip: true}"]
+    ov = [
+        "hardware.executor=vectorized",
+        f"hardware.device={args.device}",
+        "model=tiny_cnn",
+        "clients=6",
+        "partition.alpha=0.3",
+        "dataset.augment={crop_padding: 1, hflip: true}",
+    ]
     r = Run(cfg_of(*ov), tempfile.mkdtemp(prefix="fedbench-gpucheck-"))
     r.setup()
     counter, caught, cuda = HostSyncCounter(), [], args.device.startswith("cuda")
 
     @contextlib.contextmanager
-    def loop():   # entered by the executor around every step loop
+    def loop():  # entered by the executor around every step loop
         with counter, warnings.catch_warnings(record=True) as seen:
             warnings.simplefilter("always")
             if cuda:
@@ -138,11 +166,21 @@ def cmd_syncs(args) -> None:
 
     r.executor.loop_mode = loop
     r.algorithm.round(1, torch.arange(6))
-    verdict("host reads inside the vectorized step loop (fedbench's counter)", counter.count, 0, f" {dict(counter.calls)}",
-            what="count")
+    verdict(
+        "host reads inside the vectorized step loop (fedbench's counter)",
+        counter.count,
+        0,
+        f" {dict(counter.calls)}",
+        what="count",
+    )
     if cuda:
-        verdict("synchronizing CUDA calls inside the step loop (torch.cuda.set_sync_debug_mode)", len(caught), 0,
-                "".join(f"\n      {w.filename}:{w.lineno}: {w.message}" for w in caught[:5]), what="count")
+        verdict(
+            "synchronizing CUDA calls inside the step loop (torch.cuda.set_sync_debug_mode)",
+            len(caught),
+            0,
+            "".join(f"\n      {w.filename}:{w.lineno}: {w.message}" for w in caught[:5]),
+            what="count",
+        )
 
 
 def cmd_memory(args) -> None:
@@ -150,16 +188,36 @@ def cmd_memory(args) -> None:
     vectorized; with and without hardware.max_memory=0.9 (chunks)."""
     from fedbench.run import Run
 
-    per_class = (10, 2) if args.quick else (1000, 100)   # --quick: 100 images in all (a smoke test of this code)
-    data = [f"dataset.root={args.data}", "dataset=cifar10"] if args.data and not args.quick else \
-        ["dataset=synthetic", "dataset.shape=[3,32,32]", f"dataset.train_per_class={per_class[0]}",
-         f"dataset.test_per_class={per_class[1]}"]
-    model = ["model=tiny_cnn", "clients=2", "batch_size=8"] if args.quick else ["model=resnet50", "clients=10", "batch_size=128"]
+    per_class = (10, 2) if args.quick else (1000, 100)  # --quick: 100 images in all (a smoke test of this code)
+    data = (
+        [f"dataset.root={args.data}", "dataset=cifar10"]
+        if args.data and not args.quick
+        else [
+            "dataset=synthetic",
+            "dataset.shape=[3,32,32]",
+            f"dataset.train_per_class={per_class[0]}",
+            f"dataset.test_per_class={per_class[1]}",
+        ]
+    )
+    model = (
+        ["model=tiny_cnn", "clients=2", "batch_size=8"]
+        if args.quick
+        else ["model=resnet50", "clients=10", "batch_size=128"]
+    )
     for stem in ([] if args.quick else ["false", "true"]) or [None]:
         for budget in ("null", "0.9"):
-            ov = [*data, *model, "partition=iid", "local_epochs=1", "rounds=1", "participation=1.0",
-                  "hardware.executor=vectorized", f"hardware.device={args.device}", f"hardware.max_memory={budget}",
-                  *([f"model.cifar_stem={stem}"] if stem else [])]
+            ov = [
+                *data,
+                *model,
+                "partition=iid",
+                "local_epochs=1",
+                "rounds=1",
+                "participation=1.0",
+                "hardware.executor=vectorized",
+                f"hardware.device={args.device}",
+                f"hardware.max_memory={budget}",
+                *([f"model.cifar_stem={stem}"] if stem else []),
+            ]
             r = Run(cfg_of(*ov), tempfile.mkdtemp(prefix="fedbench-gpucheck-"))
             r.setup()
             cuda = r.device.type == "cuda"
@@ -167,8 +225,11 @@ def cmd_memory(args) -> None:
                 torch.cuda.reset_peak_memory_stats(r.device)
             r.algorithm.round(1, torch.arange(r.data.num_clients))
             peak = torch.cuda.max_memory_allocated(r.device) / 2**30 if cuda else float("nan")
-            print(f"{' '.join(model)} cifar_stem={stem} max_memory={budget}: peak allocated {peak:.1f} GiB"
-                  f"{'' if cuda else ' (CPU: not measured)'}", flush=True)
+            print(
+                f"{' '.join(model)} cifar_stem={stem} max_memory={budget}: peak allocated {peak:.1f} GiB"
+                f"{'' if cuda else ' (CPU: not measured)'}",
+                flush=True,
+            )
 
 
 def main():
@@ -178,8 +239,13 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--data", default=None, help="folder with cifar10/ (memory check); synthetic otherwise")
     args = ap.parse_args()
-    {"env": cmd_env, "equality": cmd_equality, "cpu-vs-cuda": cmd_cpu_vs_cuda, "syncs": cmd_syncs,
-     "memory": cmd_memory}[args.check](args)
+    {
+        "env": cmd_env,
+        "equality": cmd_equality,
+        "cpu-vs-cuda": cmd_cpu_vs_cuda,
+        "syncs": cmd_syncs,
+        "memory": cmd_memory,
+    }[args.check](args)
     if FAILED:
         print(f"{len(FAILED)} check(s) failed: {'; '.join(FAILED)}")
         sys.exit(1)

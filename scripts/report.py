@@ -5,6 +5,7 @@ Same as the `fedbench-report` command (fedbench/report/; docs/report.md):
 
     python scripts/report.py outputs/multirun/<sweep> [<more sweeps>] [--out DIR] [--wandb [MODE]] [--no-plots]
 """
+
 import sys
 
 from fedbench.report import main

@@ -1,4 +1,5 @@
 """Helpers shared by the generic-FL baseline tests (tests/test_{fedprox,moon,scaffold,feddyn,fedntd,fedlc,fedbn}.py)."""
+
 from __future__ import annotations
 
 import json
@@ -49,8 +50,15 @@ def executors_agree_and_it_learns(tmp_path: Path, algo: str, *overrides: str) ->
     chance = 0.1)."""
     runs = {}
     for ex in ("sequential", "vectorized"):
-        cfg = make_cfg(f"algorithm={algo}", "model=tiny_cnn", f"hardware.executor={ex}", *FP64, "rounds=3",
-                       "participation=0.6", *overrides)
+        cfg = make_cfg(
+            f"algorithm={algo}",
+            "model=tiny_cnn",
+            f"hardware.executor={ex}",
+            *FP64,
+            "rounds=3",
+            "participation=0.6",
+            *overrides,
+        )
         run = Run(cfg, tmp_path / ex)
         runs[ex] = (run, run.execute())
     (seq, a), (vec, b) = runs["sequential"], runs["vectorized"]

@@ -1,4 +1,5 @@
 """Shared test helpers: compose real Hydra configs and run real (tiny) federations."""
+
 from __future__ import annotations
 
 import os

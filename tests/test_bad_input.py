@@ -2,6 +2,7 @@
 (issue 19). A table over every top-level key (conf/config.yaml with its hardware and logger groups) and every group:
 a wrong type, an out-of-range value and a missing value each, through the real ``fedbench`` entry point (in-process:
 the pre-check, and Hydra's run of the job where the check needs the data)."""
+
 from __future__ import annotations
 
 import logging
@@ -38,16 +39,16 @@ def top_level_keys() -> dict:
         node.pop(k)
     for group, option in (("hardware", "auto"), ("logger", "default")):
         node[group] = yaml.safe_load((CONF / group / f"{option}.yaml").read_text())
-    node.pop("data_root")   # ${oc.env:...}: a string
+    node.pop("data_root")  # ${oc.env:...}: a string
     resolved = OmegaConf.to_container(OmegaConf.create(node), resolve=True)
     return {**dict(leaves(resolved)), "data_root": "data"}
 
 
 # keys whose bad values are not the generic ones below: key -> (wrong type, out of range); None = no such value
 SPECIAL = {
-    "logger.wandb.tags": ("5", "[1]"),                  # a list of strings
-    "eval.similarity.save_rounds": ("5", "[0]"),        # a list of rounds >= 1
-    "hardware.workers": ("abc", "0"),                  # auto or an integer >= 1
+    "logger.wandb.tags": ("5", "[1]"),  # a list of strings
+    "eval.similarity.save_rounds": ("5", "[0]"),  # a list of rounds >= 1
+    "hardware.workers": ("abc", "0"),  # auto or an integer >= 1
     "optim.lr_decay_round": ("abc", "-1"),
 }
 FREE_TEXT = ("data_root", "cache_dir", "logger.wandb.project", "logger.wandb.entity", "logger.wandb.group")
@@ -60,9 +61,9 @@ def cases():
         if key in SPECIAL:
             wrong, out_of_range = SPECIAL[key]
         elif key in FREE_TEXT:
-            wrong, out_of_range = "7", "''"              # any non-empty string is a valid path or name
+            wrong, out_of_range = "7", "''"  # any non-empty string is a valid path or name
         elif isinstance(default, bool):
-            wrong, out_of_range = "maybe", None          # true/false has no range
+            wrong, out_of_range = "maybe", None  # true/false has no range
         elif isinstance(default, (int, float)) or default is None:
             wrong, out_of_range = "abc", "-1"
         elif choice:
@@ -74,8 +75,11 @@ def cases():
             out.append((f"{key}={out_of_range}", key, out_of_range.strip("'")))
     for group in cli.GROUPS:
         add = "+" if group == "experiment" else ""
-        out += [(f"{add}{group}=[a,b]", group, "[a,b]"), (f"{add}{group}=nope", group, "nope"),
-                (f"~{group}" if group != "experiment" else "+experiment=", group, "" if group == "experiment" else "~")]
+        out += [
+            (f"{add}{group}=[a,b]", group, "[a,b]"),
+            (f"{add}{group}=nope", group, "nope"),
+            (f"~{group}" if group != "experiment" else "+experiment=", group, "" if group == "experiment" else "~"),
+        ]
     return out
 
 
@@ -94,7 +98,7 @@ EXTRA = [
     ("algorithm=fedprox algorithm.mu=abc", "algorithm.mu", "abc"),
     ("model.hidden=5", "model.hidden", "5"),
     ("partition=dominant_groups partition.samples_per_client=100000", "partition.samples_per_client", "100000"),
-    ("model=tcnn", "model", "tcnn"),   # its internal name is "cnn": the message names what the user typed
+    ("model=tcnn", "model", "tcnn"),  # its internal name is "cnn": the message names what the user typed
 ]
 
 
@@ -125,8 +129,8 @@ def test_bad_input_gives_one_line_and_no_run_dir(override, key, value, tmp_path,
     assert len(lines) == 1 and "Traceback" not in err, err
     line = lines[0]
     assert line.startswith("fedbench: invalid config: ") and key in line and value in line, line
-    assert line.split(" — ", 1)[1].strip(), line                  # ... — what is allowed
-    assert not run_dir.exists() and not (tmp_path / "outputs").exists()   # no run dir, complete or not
+    assert line.split(" — ", 1)[1].strip(), line  # ... — what is allowed
+    assert not run_dir.exists() and not (tmp_path / "outputs").exists()  # no run dir, complete or not
 
 
 def test_a_run_dir_under_an_existing_file(tmp_path, capsys, monkeypatch):
@@ -148,15 +152,16 @@ def image_tree(tmp_path):
             for i in range(3):
                 p = tmp_path / "tree" / split / c / f"{i}.png"
                 p.parent.mkdir(parents=True, exist_ok=True)
-                with warnings.catch_warnings():   # torchvision 0.29: image codecs deprecated in favour of torchcodec
+                with warnings.catch_warnings():  # torchvision 0.29: image codecs deprecated in favour of torchcodec
                     warnings.simplefilter("ignore", DeprecationWarning)
                     write_png(torch.randint(0, 256, (3, 4, 4), dtype=torch.uint8, generator=g), str(p))
     return tmp_path / "tree"
 
 
 def imagefolder_cfg(root):
-    return OmegaConf.create({"dataset": {**yaml.safe_load((CONF / "dataset" / "imagefolder.yaml").read_text()),
-                                         "root": str(root)}}).dataset
+    return OmegaConf.create(
+        {"dataset": {**yaml.safe_load((CONF / "dataset" / "imagefolder.yaml").read_text()), "root": str(root)}}
+    ).dataset
 
 
 def test_a_truncated_dataset_cache_is_decoded_again_with_a_warning(image_tree, tmp_path, capsys):
@@ -165,19 +170,19 @@ def test_a_truncated_dataset_cache_is_decoded_again_with_a_warning(image_tree, t
     cache = tmp_path / "cache"
     first = load_dataset(imagefolder_cfg(image_tree), cache)
     (f,) = cache.glob("imagefolder-*.pt")
-    f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])   # a crash while copying it
+    f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])  # a crash while copying it
     capsys.readouterr()
     again = load_dataset(imagefolder_cfg(image_tree), cache)
     out = capsys.readouterr()
     assert torch.equal(again.x, first.x) and torch.equal(again.y, first.y)
     assert "cannot be read" in out.err and str(f) in out.err and out.out == ""
-    assert torch.load(f, weights_only=True)["n_train"] == first.n_train   # rewritten whole
+    assert torch.load(f, weights_only=True)["n_train"] == first.n_train  # rewritten whole
 
 
 def test_dataset_cache_files_follow_the_umask(image_tree, tmp_path):
     from fedbench.data.datasets import load_dataset
 
-    old = os.umask(0o002)   # a group that shares a cache dir
+    old = os.umask(0o002)  # a group that shares a cache dir
     try:
         load_dataset(imagefolder_cfg(image_tree), tmp_path / "cache")
     finally:
@@ -219,7 +224,7 @@ def test_an_impossible_dominant_groups_request_names_what_is_available():
     from fedbench.data.partitions import make_partition
     from fedbench.errors import ConfigError
 
-    y = load_digits().target   # 1797 samples, ~180 per label, train+test pool
+    y = load_digits().target  # 1797 samples, ~180 per label, train+test pool
     cfg = OmegaConf.load(CONF / "partition" / "dominant_groups.yaml")
     cfg.seed = 0
     cfg.samples_per_client = 1000
@@ -229,6 +234,6 @@ def test_an_impossible_dominant_groups_request_names_what_is_available():
     # the first client's group {0, 1, 2}: label 0 gets ⌊200/10⌋ + ⌊800/3⌋ = 20 + 266 = 286 > 178 samples of label 0
     assert "partition.samples_per_client=1000" in str(e.value) and f"the pool has {counts[0]}" in str(e.value)
     assert "needs 286 distinct samples of label 0" in str(e.value)
-    cfg.samples_per_client = 600   # 12 + 160 = 172 <= 178: possible (clients share samples only across clients)
+    cfg.samples_per_client = 600  # 12 + 160 = 172 <= 178: possible (clients share samples only across clients)
     p = make_partition(cfg, y, 1437, 10, 6, np.random.default_rng(0))
     assert all(len(np.unique(np.concatenate([tr, te]))) == len(tr) + len(te) for tr, te in zip(p.train, p.test))

@@ -1,4 +1,5 @@
 """scripts/bench.py runs end to end (smoke runs on synthetic data; speed itself is never asserted)."""
+
 import json
 import re
 import subprocess
@@ -9,19 +10,38 @@ SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "bench.py"
 
 
 def _bench(*args, tmp_path=None) -> str:
-    tiny = ["--model", "mlp", "--shape", "1,8,8", "--test-per-class", "20", "--batch-size", "16",   # small and fast
-            "--peak-size", "256"]
-    return subprocess.run([sys.executable, str(SCRIPT), "--synthetic", "--rounds", "1", "--epochs", "1", "--no-clean", *tiny, *args],
-                          capture_output=True, text=True, timeout=900, check=True, cwd=tmp_path).stdout
+    tiny = [
+        "--model",
+        "mlp",
+        "--shape",
+        "1,8,8",
+        "--test-per-class",
+        "20",
+        "--batch-size",
+        "16",  # small and fast
+        "--peak-size",
+        "256",
+    ]
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), "--synthetic", "--rounds", "1", "--epochs", "1", "--no-clean", *tiny, *args],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=True,
+        cwd=tmp_path,
+    ).stdout
 
 
 def test_bench_prints_rounds_fractions_and_ratio():
-    out = _bench("--clients", "5", "--executors", "sequential,vectorized")   # the equal-size workload
+    out = _bench("--clients", "5", "--executors", "sequential,vectorized")  # the equal-size workload
     peak = float(re.search(r"fp32 matmul peak: ([\d.]+) GFLOP/s", out).group(1))
     assert peak > 0
     for ex in ("sequential", "vectorized"):
-        m = re.search(rf"equal {ex}: ([\d.]+) s/round .*?, (\d+) sample-gradients/s, .*fraction of FLOP bound ([\d.]+), "
-                      rf"peak memory (\d+) MiB", out)
+        m = re.search(
+            rf"equal {ex}: ([\d.]+) s/round .*?, (\d+) sample-gradients/s, .*fraction of FLOP bound ([\d.]+), "
+            rf"peak memory (\d+) MiB",
+            out,
+        )
         assert m, out
         seconds, samples_per_s, fraction, mib = float(m.group(1)), int(m.group(2)), float(m.group(3)), int(m.group(4))
         assert seconds > 0 and samples_per_s > 0 and 0 < fraction < 2 and mib > 0, out
@@ -33,14 +53,33 @@ def test_bench_prints_rounds_fractions_and_ratio():
 def test_bench_uneven_workload_and_clients_sweep(tmp_path):
     """--workloads with a Dirichlet workload (ragged clients: one vectorized call per local step index) and a clients
     sweep, printed, plotted and written as JSON, for both executors."""
-    out = _bench("--clients", "4", "--workloads", "dir0.5", "--clients-sweep", "3,5", "--plot", "sweep.png",
-                 "--json", "all.json", tmp_path=tmp_path)
+    out = _bench(
+        "--clients",
+        "4",
+        "--workloads",
+        "dir0.5",
+        "--clients-sweep",
+        "3,5",
+        "--plot",
+        "sweep.png",
+        "--json",
+        "all.json",
+        tmp_path=tmp_path,
+    )
     assert re.search(r"dir0.5: vectorized/sequential time ratio: [\d.]+", out), out
     m = re.search(r"dir0.5: client sizes (\d+)–(\d+), (\d+) client-steps/round; vectorized calls/round (\d+)", out)
-    assert m and int(m.group(1)) < int(m.group(2)) and int(m.group(4)) < int(m.group(3)), out   # uneven sizes
+    assert m and int(m.group(1)) < int(m.group(2)) and int(m.group(4)) < int(m.group(3)), out  # uneven sizes
     rows = re.findall(r"^\s+(\d+)\s+(sequential|vectorized)\s+([\d.]+)\s+(\d+)\s+(\d+)\s+(\d+)$", out, re.M)
-    assert sorted((int(n), ex) for n, ex, *_ in rows) == [(3, "sequential"), (3, "vectorized"), (5, "sequential"), (5, "vectorized")], out
+    assert sorted((int(n), ex) for n, ex, *_ in rows) == [
+        (3, "sequential"),
+        (3, "vectorized"),
+        (5, "sequential"),
+        (5, "vectorized"),
+    ], out
     assert (tmp_path / "sweep.png").stat().st_size > 1000
     saved = json.loads((tmp_path / "all.json").read_text())
-    assert {(r["workload"], r["executor"], r["clients"]) for r in saved} >= {("dir0.5", "vectorized", 4), ("equal", "sequential", 5)}
+    assert {(r["workload"], r["executor"], r["clients"]) for r in saved} >= {
+        ("dir0.5", "vectorized", 4),
+        ("equal", "sequential", 5),
+    }
     assert all(r["peak_bytes"] > 0 and r["samples_per_s"] > 0 for r in saved)

@@ -1,6 +1,7 @@
 """CAFeMe's table configs: Table 1 = one sweep over its four columns with the code's settings per column, its Ditto
 row = the code's Ditto (never FedAvg-FT's numbers), RMNIST's rotation chunks per run seed, and the report's layout
 (the paper's four columns, Fig. 4's panels from the same runs)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import make_cfg, run_cfg
+from conftest import make_cfg
 from omegaconf import OmegaConf
 
 from fedbench.report import Report, group_tables
@@ -37,19 +38,44 @@ def test_table1_is_one_sweep_over_the_four_columns_with_the_codes_settings():
     columns = SWEEP[COLUMN].split(",")
     assert sorted(columns) == sorted(f"{d}_{p}" for d in ("cifar10", "rmnist") for p in ("shards", "dirichlet"))
     assert SWEEP["seed"] == "0,1,2,3,4"
-    assert set(SWEEP["algorithm"].split(",")) == {"fedavg", "fedavg_ft", "ifca", "ifca_ft", "ditto_caf", "fedrep_caf",
-                                                  "perfedavg_caf", "cafeme"}
+    assert set(SWEEP["algorithm"].split(",")) == {
+        "fedavg",
+        "fedavg_ft",
+        "ifca",
+        "ifca_ft",
+        "ditto_caf",
+        "fedrep_caf",
+        "perfedavg_caf",
+        "cafeme",
+    }
     labels = []
     for col in columns:
         data, part = col.split("_")
         c = _cell(col, "ifca")
         B, lr_ft, lr_pfl, clusters = CODE[data]
-        assert (c.dataset.name, c.partition.name, c.batch_size, c.eval.new_clients.lr, c.eval.new_clients.lr_pfl,
-                c.algorithm.clusters) == (data, part, B, lr_ft, lr_pfl, clusters)
-        assert (c.clients, c.participation, c.rounds, c.eval.new_clients.fraction, c.eval.new_clients.steps) == \
-            (100, 0.05, 1000, 0.2, 50)
-        assert (c.local_epochs, c.lr, c.optim.name, c.optim.momentum, c.drop_last, c.dataset.normalize) == \
-            (5, 0.001, "sgd", 0.0, True, None)
+        assert (
+            c.dataset.name,
+            c.partition.name,
+            c.batch_size,
+            c.eval.new_clients.lr,
+            c.eval.new_clients.lr_pfl,
+            c.algorithm.clusters,
+        ) == (data, part, B, lr_ft, lr_pfl, clusters)
+        assert (c.clients, c.participation, c.rounds, c.eval.new_clients.fraction, c.eval.new_clients.steps) == (
+            100,
+            0.05,
+            1000,
+            0.2,
+            50,
+        )
+        assert (c.local_epochs, c.lr, c.optim.name, c.optim.momentum, c.drop_last, c.dataset.normalize) == (
+            5,
+            0.001,
+            "sgd",
+            0.0,
+            True,
+            None,
+        )
         assert c.model.channels == ([64, 64, 64] if data == "cifar10" else [32, 64])
         if part == "shards":
             assert (c.partition.num_shards, c.partition.shards_per_client) == (200, 2)
@@ -68,9 +94,21 @@ def test_the_ditto_row_is_the_codes_ditto_and_cannot_coincide_with_fedavg_ft(tmp
     curves differ from FedAvg-FT's (tiny digits version of the table's cell)."""
     row = next(a for a, name in TABLE1["table"]["labels"].items() if name == "Ditto")
     assert row in SWEEP["algorithm"].split(",") and row != "ditto"
-    tiny = ["dataset=digits", "partition.num_shards=null", "clients=10", "participation=0.3", "rounds=1",
-            "model.channels=[4,8]", "model.hidden=[16,16]", "eval.new_clients.steps=3", "batch_size=8", "logger=none",
-            "hardware=cpu", "hardware.precision=fp64", "local_epochs=1"]
+    tiny = [
+        "dataset=digits",
+        "partition.num_shards=null",
+        "clients=10",
+        "participation=0.3",
+        "rounds=1",
+        "model.channels=[4,8]",
+        "model.hidden=[16,16]",
+        "eval.new_clients.steps=3",
+        "batch_size=8",
+        "logger=none",
+        "hardware=cpu",
+        "hardware.precision=fp64",
+        "local_epochs=1",
+    ]
     out = {}
     for algo in (row, "fedavg_ft"):
         cfg = _cell("cifar10_shards", algo, *tiny)
@@ -91,14 +129,28 @@ def test_table2_runs_table1s_baselines_with_femnists_budget(tmp_path):
     arms = table2["hydra"]["sweeper"]["params"]["algorithm"].split(",")
     assert arms == SWEEP["algorithm"].split(",")
     assert set(table2["table"]["labels"]) == set(table2["table"]["reference"]) == set(arms)
-    tiny = ["dataset=digits", "partition=iid", "clients=10", "model.channels=[4,8]", "model.hidden=[16]", "model.padding=2",
-            "logger=none", "hardware=cpu"]
+    tiny = [
+        "dataset=digits",
+        "partition=iid",
+        "clients=10",
+        "model.channels=[4,8]",
+        "model.hidden=[16]",
+        "model.padding=2",
+        "logger=none",
+        "hardware=cpu",
+    ]
     for algo in ("ditto_caf", "fedrep_caf", "perfedavg_caf"):
         cfg = make_cfg("+experiment=cafeme/table2", f"algorithm={algo}", *tiny, fast=False)
         a = cfg.algorithm
         if algo == "fedrep_caf":
-            assert (a.head_steps, a.body_steps, a.head_epochs, a.optimizer, a.lr, a.aggregate) == \
-                (8, 1, None, "adam", 0.001, "all")
+            assert (a.head_steps, a.body_steps, a.head_epochs, a.optimizer, a.lr, a.aggregate) == (
+                8,
+                1,
+                None,
+                "adam",
+                0.001,
+                "all",
+            )
         if algo == "perfedavg_caf":
             assert (a.alpha, a.beta, a.local_steps, a.variant) == (0.01, 0.001, 8, "hf")
         Run(cfg, tmp_path / algo).setup()
@@ -113,13 +165,29 @@ def test_figure3_bars_are_table1s_rmnist_setting_with_their_partition():
     assert sweep["algorithm"] == SWEEP["algorithm"] and sweep["seed"] == SWEEP["seed"]
     bars = sweep["experiment/cafeme/heterogeneity@_global_"].split(",")
     assert bars[0] == "none" and bars[-1] == "shards"
-    same = ("dataset", "model", "batch_size", "eval", "algorithm", "lr", "optim", "local_epochs", "clients",
-            "participation", "rounds", "drop_last")
+    same = (
+        "dataset",
+        "model",
+        "batch_size",
+        "eval",
+        "algorithm",
+        "lr",
+        "optim",
+        "local_epochs",
+        "clients",
+        "participation",
+        "rounds",
+        "drop_last",
+    )
     ref = OmegaConf.to_container(_cell("rmnist_shards", "ifca"))
     alphas = []
     for bar in bars:
-        c = make_cfg("+experiment=cafeme/figure3", f"experiment/cafeme/heterogeneity@_global_={bar}", "algorithm=ifca",
-                     fast=False)
+        c = make_cfg(
+            "+experiment=cafeme/figure3",
+            f"experiment/cafeme/heterogeneity@_global_={bar}",
+            "algorithm=ifca",
+            fast=False,
+        )
         raw = OmegaConf.to_container(c)
         assert {k: raw[k] for k in same} == {k: ref[k] for k in same}, bar
         p = c.partition
@@ -148,14 +216,16 @@ def test_rmnist_rotation_chunks_are_reshuffled_per_run_seed(tmp_path):
         assert c.dataset.split_seed == seed
         rot[seed] = load_dataset(c.dataset, tmp_path / "cache").attrs["rotation"]
     assert not torch.equal(rot[0], rot[3])
-    for r in rot.values():   # still 10 equal chunks per split
+    for r in rot.values():  # still 10 equal chunks per split
         assert torch.equal(torch.bincount(r[:40], minlength=10), torch.full((10,), 4))
 
 
 def _record(algorithm: str, column: str, seed: int, acc: float, curve: list[float]) -> RunRecord:
     """A finished run of the Table 1 sweep as the report reads it (its table node is the real one)."""
-    summary = {"metrics": {"newclients/acc": {"last": acc}},
-               **{f"newclients/step{s}_acc": v for s, v in zip(range(0, 51, 5), curve)}}
+    summary = {
+        "metrics": {"newclients/acc": {"last": acc}},
+        **{f"newclients/step{s}_acc": v for s, v in zip(range(0, 51, 5), curve)},
+    }
     config = {"table": TABLE1["table"], "cafeme_column": column, "seed": seed, "algorithm": {"name": algorithm}}
     return RunRecord(None, "complete", config, {"algorithm": algorithm}, {}, summary=summary)
 
@@ -164,7 +234,7 @@ def test_report_prints_the_papers_layout_and_the_fig4_panels_from_the_same_runs(
     """Table 1: one row per method in the paper's order, the four columns in the paper's order, each cell the
     mean over seeds in %, next to the paper's number; Fig. 4: one table per column with the curve's points."""
     runs = []
-    for j, col in enumerate(reversed(PAPER_COLUMNS)):                # sweep order differs from the paper's
+    for j, col in enumerate(reversed(PAPER_COLUMNS)):  # sweep order differs from the paper's
         for i, algo in enumerate(("cafeme", "fedavg", "ditto_caf")):
             for seed in (0, 1):
                 acc = 0.5 + 0.1 * i + 0.01 * j + 0.02 * seed
@@ -173,16 +243,26 @@ def test_report_prints_the_papers_layout_and_the_fig4_panels_from_the_same_runs(
     assert set(tables) == {"table1"} | {f"fig4_{c.replace(' ', '_')}" for c in PAPER_COLUMNS}
     rep = Report(tables["table1"])
     assert [c.header for c in rep.columns] == PAPER_COLUMNS
-    assert [rep.row_names[r] for r in rep.row_keys] == ["FedAvg", "FedAvg-FT", "IFCA", "IFCA-FT", "Ditto", "FedRep",
-                                                        "Per-FedAvg", "CAFeMe"]            # the paper's rows
+    assert [rep.row_names[r] for r in rep.row_keys] == [
+        "FedAvg",
+        "FedAvg-FT",
+        "IFCA",
+        "IFCA-FT",
+        "Ditto",
+        "FedRep",
+        "Per-FedAvg",
+        "CAFeMe",
+    ]  # the paper's rows
     assert rep.cells[("fedrep_caf", "CIFAR-10 Shards")].text() == "not run"
     assert rep.header()[:4] == ["Method", "CIFAR-10 Shards", "paper", "Δ"]
-    ditto = rep.cells[("ditto_caf", "RMNIST Shards")]            # i = 2, j = 1 (reversed order), seeds 0 and 1
+    ditto = rep.cells[("ditto_caf", "RMNIST Shards")]  # i = 2, j = 1 (reversed order), seeds 0 and 1
     assert ditto.values == pytest.approx([71.0, 73.0]) and ditto.text() == "72.00 ± 1.00"
     assert rep.paper_text("ditto_caf", rep.columns[2]) == "90.44"
-    fig = Report(tables["fig4_RMNIST_Dirichlet"])                  # j = 0
+    fig = Report(tables["fig4_RMNIST_Dirichlet"])  # j = 0
     assert [c.header for c in fig.columns] == [str(s) for s in range(0, 51, 5)]
-    assert fig.cells[("cafeme", "50")].mean == pytest.approx(51.0) and fig.cells[("cafeme", "0")].mean == pytest.approx(46.0)
+    assert fig.cells[("cafeme", "50")].mean == pytest.approx(51.0) and fig.cells[("cafeme", "0")].mean == pytest.approx(
+        46.0
+    )
 
 
 def test_one_column_from_the_command_line(capsys):
@@ -190,7 +270,7 @@ def test_one_column_from_the_command_line(capsys):
     known column passes the pre-check, an unknown one is one line naming the key, the value and the allowed columns."""
     from fedbench.cli import precheck
 
-    precheck(["+experiment=cafeme/table1", f"{COLUMN}=rmnist_dirichlet", "logger=none"])    # no exit: accepted
+    precheck(["+experiment=cafeme/table1", f"{COLUMN}=rmnist_dirichlet", "logger=none"])  # no exit: accepted
     assert _cell("rmnist_dirichlet").cafeme_column == "RMNIST Dirichlet"
     capsys.readouterr()
     with pytest.raises(SystemExit) as e:

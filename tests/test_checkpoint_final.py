@@ -1,5 +1,6 @@
 """A complete run keeps its final model (model.pt) and drops its checkpoints; an interrupted one keeps its checkpoint
 and resumes; a config refused before the run began leaves no empty run dir (issue #20 item 6)."""
+
 from __future__ import annotations
 
 import json
@@ -29,9 +30,11 @@ def test_a_complete_run_keeps_its_final_model_not_its_checkpoints(tmp_path, caps
     cfg = make_cfg(*DITTO)
     run_dir = tmp_path / "run"
     summary = run_cfg(cfg, run_dir)
-    assert not (run_dir / "checkpoints").exists()          # checkpoint.keep_complete: 0 (rounds 1 and 2 were saved)
+    assert not (run_dir / "checkpoints").exists()  # checkpoint.keep_complete: 0 (rounds 1 and 2 were saved)
     final = ckpt.load_final(run_dir)
-    assert final["round"] == 3 and final["algorithm"] == "ditto" and final["config_fingerprint"] == ckpt.fingerprint(cfg)
+    assert (
+        final["round"] == 3 and final["algorithm"] == "ditto" and final["config_fingerprint"] == ckpt.fingerprint(cfg)
+    )
     assert "opt_state" not in final["state"] and set(final["state"]) == {"w", "bn", "V", "VB"}
     # the saved weights ARE the final models: loaded into a fresh run of the same config, they score what the run logged
     fresh = Run(cfg, tmp_path / "fresh")
@@ -40,10 +43,12 @@ def test_a_complete_run_keeps_its_final_model_not_its_checkpoints(tmp_path, caps
     scored = fresh.evaluator(fresh.algorithm, 3)
     logged = last_row(run_dir)
     assert logged["round"] == 3
-    assert scored["pers/acc"] == pytest.approx(logged["pers/acc"]) and scored["global/acc"] == pytest.approx(logged["global/acc"])
+    assert scored["pers/acc"] == pytest.approx(logged["pers/acc"]) and scored["global/acc"] == pytest.approx(
+        logged["global/acc"]
+    )
     g_params, _ = fresh.algorithm.global_model()
     assert all(torch.equal(final["global"][0][k], g_params[k]) for k in g_params)
-    assert not all(torch.equal(final["state"]["V"][k][0], g_params[k]) for k in g_params)   # personalized != global
+    assert not all(torch.equal(final["state"]["V"][k][0], g_params[k]) for k in g_params)  # personalized != global
     # the same command again: already complete, nothing to resume, nothing changes
     capsys.readouterr()
     assert run_cfg(cfg, run_dir)["metrics"] == summary["metrics"]
@@ -72,7 +77,7 @@ class SignalInRound2(Callback):
 
 
 def test_an_interrupted_run_keeps_its_checkpoint_and_resumes_to_the_same_result(tmp_path, capsys):
-    cfg = make_cfg(*DITTO, "checkpoint.every=0")   # only the signal saves (the last finished round)
+    cfg = make_cfg(*DITTO, "checkpoint.every=0")  # only the signal saves (the last finished round)
     reference = run_cfg(cfg, tmp_path / "reference")
     run_dir = tmp_path / "run"
     with pytest.raises(Preempted):
@@ -93,7 +98,7 @@ def test_a_refused_config_leaves_no_empty_run_dir(tmp_path):
     bad = make_cfg("participation=1.5")
     single, job = tmp_path / "single", tmp_path / "sweep" / "participation=1.5"
     for run_dir, group in ((single, None), (job, "sweep")):
-        run_dir.mkdir(parents=True)   # as Hydra leaves it
+        run_dir.mkdir(parents=True)  # as Hydra leaves it
         with pytest.raises(ConfigError, match="participation"):
             Run(bad, run_dir, group=group).execute()
     assert not single.exists()

@@ -1,6 +1,7 @@
 """fedbench-claims (fedbench/claims/, docs/claims.md): the predicates' seed-paired rule on hand-made numbers, the
 claims files (every one loads, composes with Hydra's compose API and is true of its own paper numbers), a claim
 judged from hand-written run dirs, and `fedbench-claims run/report` end to end at the smoke scale for every paper."""
+
 from __future__ import annotations
 
 import csv
@@ -12,8 +13,18 @@ import pytest
 import yaml
 
 from fedbench.claims import main, papers
-from fedbench.claims.predicates import (FAILS, HOLDS, INCONCLUSIVE, NOT_COMPARABLE, NOT_RUN, PredicateError, decide,
-                                        evaluate, paper_data, parse)
+from fedbench.claims.predicates import (
+    FAILS,
+    HOLDS,
+    INCONCLUSIVE,
+    NOT_COMPARABLE,
+    NOT_RUN,
+    PredicateError,
+    decide,
+    evaluate,
+    paper_data,
+    parse,
+)
 from fedbench.claims.results import RunSet, evaluate_claim
 from fedbench.claims.runner import check_extra
 from fedbench.claims.spec import ClaimsError, check, load, load_file
@@ -27,16 +38,17 @@ def judge(text: str, data: dict, cols=(None,), tolerance=0.5, min_seeds=3, paper
 
 # ---- the decision rule --------------------------------------------------------------------------------------------
 
+
 def test_rule_holds_fails_inconclusive_on_hand_made_differences():
     """holds: every paired difference on the claimed side and the mean beyond the tolerance; fails: every one on the
     other side and the mean beyond the tolerance there; anything else is inconclusive."""
-    assert decide({0: 2.0, 1: 0.7, 2: 3.0}, ">", 0.0, 0.5, 3)[0] == HOLDS          # mean 1.9
+    assert decide({0: 2.0, 1: 0.7, 2: 3.0}, ">", 0.0, 0.5, 3)[0] == HOLDS  # mean 1.9
     assert decide({0: -2.0, 1: -0.7, 2: -3.0}, ">", 0.0, 0.5, 3)[0] == FAILS
-    assert decide({0: 2.0, 1: -0.1, 2: 3.0}, ">", 0.0, 0.5, 3)[0] == INCONCLUSIVE    # one seed on the other side
-    assert decide({0: 0.1, 1: 0.2, 2: 0.3}, ">", 0.0, 0.5, 3)[0] == INCONCLUSIVE     # right side, within tolerance
+    assert decide({0: 2.0, 1: -0.1, 2: 3.0}, ">", 0.0, 0.5, 3)[0] == INCONCLUSIVE  # one seed on the other side
+    assert decide({0: 0.1, 1: 0.2, 2: 0.3}, ">", 0.0, 0.5, 3)[0] == INCONCLUSIVE  # right side, within tolerance
     assert decide({0: -0.1, 1: -0.2, 2: -0.3}, ">", 0.0, 0.5, 3)[0] == INCONCLUSIVE  # wrong side, within tolerance
-    assert decide({0: 2.0, 1: 0.0, 2: 3.0}, ">", 0.0, 0.5, 3)[0] == INCONCLUSIVE     # a tie is on neither side
-    assert decide({0: 2.0, 1: 3.0}, ">", 0.0, 0.5, 3)[0] == INCONCLUSIVE             # fewer seeds than min_seeds
+    assert decide({0: 2.0, 1: 0.0, 2: 3.0}, ">", 0.0, 0.5, 3)[0] == INCONCLUSIVE  # a tie is on neither side
+    assert decide({0: 2.0, 1: 3.0}, ">", 0.0, 0.5, 3)[0] == INCONCLUSIVE  # fewer seeds than min_seeds
     assert decide({0: 2.0, 1: 3.0}, ">", 0.0, 0.5, 2)[0] == HOLDS
     # "<" and a bound: q < 1.5 with q = 1.0, 0.8, 0.6 (mean margin 0.7 > 0.5) holds; q = 1.2, 1.4, 1.3 is too close
     assert decide({0: 1.0, 1: 0.8, 2: 0.6}, "<", 1.5, 0.5, 3)[0] == HOLDS
@@ -63,7 +75,7 @@ def test_a_name_without_values_is_not_run_not_judged_on_the_others():
     data = {"local": {None: {0: 49.0, 1: 50.0, 2: 48.0}}, "fedavg": {None: {0: 38.0, 1: 39.0, 2: 37.0}}}
     out = judge("fedrema > local > fedavg", data)
     assert out.verdict == NOT_RUN and "fedrema" in out.reason
-    assert judge("local > fedavg", data).verdict == HOLDS                    # with every name present it is judged
+    assert judge("local > fedavg", data).verdict == HOLDS  # with every name present it is judged
     assert judge("fedrema - fedavg > 1", data).verdict == NOT_RUN
     trend = {"fedrema": {0.2: {0: 50.0, 1: 51.0, 2: 52.0}, 0.4: {0: 45.0, 1: 46.0, 2: 47.0}, 0.6: {}}}
     out = judge("fedrema decreasing", trend, cols=(0.2, 0.4, 0.6))
@@ -78,24 +90,32 @@ def test_direction_of_a_comparison_matters():
     assert judge("a > b", data).verdict == HOLDS
     assert judge("b > a", data).verdict == FAILS
     assert judge("b < a", data).verdict == HOLDS
-    assert judge("a - b > 3", data).verdict == INCONCLUSIVE        # differences 3.0, 3.5, 2.5: mean 3.0, within 0.5
+    assert judge("a - b > 3", data).verdict == INCONCLUSIVE  # differences 3.0, 3.5, 2.5: mean 3.0, within 0.5
     assert judge("a - b > 1", data).verdict == HOLDS
     assert judge("a - b < 5", data).verdict == HOLDS
     assert judge("|a - b| < 1.5", data).verdict == FAILS
-    assert judge("a > 60", data).tests[0].per_seed == {0: 1.0, 1: 3.5, 2: 2.0}   # a number is a constant
+    assert judge("a > 60", data).tests[0].per_seed == {0: 1.0, 1: 3.5, 2: 2.0}  # a number is a constant
 
 
 def test_chains_lists_and_sweeps_combine_their_tests():
     """`a > b > c` is two tests, `a > b, c` two tests, and with a swept key every test is made at every value; the
     claim fails if one test fails, holds if all hold."""
-    data = {"a": {None: {0: 5.0, 1: 6.0, 2: 7.0}}, "b": {None: {0: 3.0, 1: 4.0, 2: 5.0}},
-            "c": {None: {0: 4.0, 1: 5.0, 2: 6.0}}}
+    data = {
+        "a": {None: {0: 5.0, 1: 6.0, 2: 7.0}},
+        "b": {None: {0: 3.0, 1: 4.0, 2: 5.0}},
+        "c": {None: {0: 4.0, 1: 5.0, 2: 6.0}},
+    }
     chain = judge("a > b > c", data)
-    assert [(t.label, t.verdict) for t in chain.tests] == [("a − b", HOLDS), ("b − c", FAILS)] and chain.verdict == FAILS
+    assert [(t.label, t.verdict) for t in chain.tests] == [
+        ("a − b", HOLDS),
+        ("b − c", FAILS),
+    ] and chain.verdict == FAILS
     both = judge("a > b, c", data)
     assert [t.label for t in both.tests] == ["a − b", "a − c"] and both.verdict == HOLDS
-    swept = {"a": {"0.1": {0: 5.0, 1: 6.0, 2: 7.0}, "0.5": {0: 5.0, 1: 5.1, 2: 4.0}},
-             "b": {"0.1": {0: 3.0, 1: 4.0, 2: 5.0}, "0.5": {0: 4.0, 1: 5.0, 2: 6.0}}}
+    swept = {
+        "a": {"0.1": {0: 5.0, 1: 6.0, 2: 7.0}, "0.5": {0: 5.0, 1: 5.1, 2: 4.0}},
+        "b": {"0.1": {0: 3.0, 1: 4.0, 2: 5.0}, "0.5": {0: 4.0, 1: 5.0, 2: 6.0}},
+    }
     out = judge("a > b", swept, cols=["0.1", "0.5"])
     assert [(t.at, t.verdict) for t in out.tests] == [("0.1", HOLDS), ("0.5", INCONCLUSIVE)]
     assert out.verdict == INCONCLUSIVE
@@ -112,15 +132,18 @@ def test_trend_is_the_fitted_change_per_seed_and_flat_the_range():
     sxx = (10 - xm) ** 2 + (50 - xm) ** 2 + (100 - xm) ** 2
     assert out.tests[0].per_seed[0] == pytest.approx(sxy / sxx * 90)
     assert out.tests[0].per_seed[0] == pytest.approx(-9.8115, abs=1e-3)
-    assert out.verdict == INCONCLUSIVE                                  # seed 1 (78, 81, 80) rises: mixed
+    assert out.verdict == INCONCLUSIVE  # seed 1 (78, 81, 80) rises: mixed
     assert judge("ecl increasing", data, cols=["10", "50", "100"], min_seeds=2).verdict == INCONCLUSIVE
     data["ecl"]["100"][1] = 70.0
     assert judge("ecl decreasing", data, cols=["10", "50", "100"], min_seeds=2).verdict == HOLDS
     assert judge("ecl increasing", data, cols=["10", "50", "100"], min_seeds=2).verdict == FAILS
     flat = judge("ecl flat within 12", data, cols=["10", "50", "100"], min_seeds=2)
-    assert flat.tests[0].per_seed == {0: 10.0, 1: 11.0} and flat.verdict == HOLDS   # ranges 10 and 11, mean margin 1.5
+    assert flat.tests[0].per_seed == {0: 10.0, 1: 11.0} and flat.verdict == HOLDS  # ranges 10 and 11, mean margin 1.5
     # a trend of a difference: gains 8, 5, 4 over α = 0.2, 0.8, 1.0 fall
-    gain = {"e": {"0.2": {0: 89.0}, "0.8": {0: 90.0}, "1": {0: 91.0}}, "f": {"0.2": {0: 81.0}, "0.8": {0: 85.0}, "1": {0: 87.0}}}
+    gain = {
+        "e": {"0.2": {0: 89.0}, "0.8": {0: 90.0}, "1": {0: 91.0}},
+        "f": {"0.2": {0: 81.0}, "0.8": {0: 85.0}, "1": {0: 87.0}},
+    }
     assert judge("e - f decreasing", gain, cols=["0.2", "0.8", "1"], min_seeds=1).verdict == HOLDS
 
 
@@ -128,7 +151,10 @@ def test_closeness_only_at_paper_scale():
     data = {"fedrema": {None: {0: 98.3, 1: 98.6, 2: 98.4}}, "local": {None: {0: 93.0, 1: 92.8, 2: 93.1}}}
     paper = {"fedrema": {None: 98.5}, "local": {None: 94.3}}
     out = judge("close within 0.5", data, paper=paper, tolerance=0.0)
-    assert [(t.label, t.verdict) for t in out.tests] == [("|fedrema − paper 98.5|", HOLDS), ("|local − paper 94.3|", FAILS)]
+    assert [(t.label, t.verdict) for t in out.tests] == [
+        ("|fedrema − paper 98.5|", HOLDS),
+        ("|local − paper 94.3|", FAILS),
+    ]
     assert out.verdict == FAILS
     assert judge("close within 0.5", data, paper=paper, paper_scale=False).verdict == NOT_COMPARABLE
     assert judge("fedrema > local", {}).verdict == NOT_RUN
@@ -147,6 +173,7 @@ def test_predicate_texts():
 
 # ---- the claims files ----------------------------------------------------------------------------------------------
 
+
 def test_every_claims_file_loads_composes_and_holds_on_its_paper_numbers():
     """Five papers, 3-6 claims each, every scale's experiments compose (Hydra's compose API) and validate, every name
     a predicate uses is a value its runs take, and each predicate is true of the numbers it was transcribed from."""
@@ -160,31 +187,51 @@ def test_every_claims_file_loads_composes_and_holds_on_its_paper_numbers():
 
 def _claims_file(tmp_path: Path, claims: list, name="toy") -> Path:
     path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump({
-        "paper": name, "scales": {"smoke": {"seeds": [0, 1, 2], "overrides": ["rounds=1", "clients=4"]}},
-        "experiments": {"grid": {"smoke": {"experiment": "smoke", "sweep": {"algorithm": ["local", "fedavg"]}}}},
-        "claims": claims}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "paper": name,
+                "scales": {"smoke": {"seeds": [0, 1, 2], "overrides": ["rounds=1", "clients=4"]}},
+                "experiments": {
+                    "grid": {"smoke": {"experiment": "smoke", "sweep": {"algorithm": ["local", "fedavg"]}}}
+                },
+                "claims": claims,
+            }
+        )
+    )
     return path
 
 
-CLAIM = {"id": "c", "claim": "FedAvg beats Local.", "source": "nowhere", "experiment": "grid", "metric": "pers/acc.best",
-         "holds_if": "fedavg > local", "paper": {"fedavg": 60.0, "local": 50.0}}
+CLAIM = {
+    "id": "c",
+    "claim": "FedAvg beats Local.",
+    "source": "nowhere",
+    "experiment": "grid",
+    "metric": "pers/acc.best",
+    "holds_if": "fedavg > local",
+    "paper": {"fedavg": 60.0, "local": 50.0},
+}
 
 
 def test_bad_claims_files_are_refused_with_the_place_and_the_reason(tmp_path):
-    cases = [({**CLAIM, "holds_iff": "x"}, "unknown field 'holds_iff'"),
-             ({k: v for k, v in CLAIM.items() if k != "metric"}, "missing 'metric'"),
-             ({**CLAIM, "holds_if": "fedavg beats local"}, "is none of"),
-             ({**CLAIM, "experiment": "nope"}, "experiment 'nope'"),
-             ({**CLAIM, "holds_if": "fedavg decreasing"}, "needs 'over: <swept key>'"),
-             ({**CLAIM, "metric": "pers/acc.top"}, "needs one of .best")]
+    cases = [
+        ({**CLAIM, "holds_iff": "x"}, "unknown field 'holds_iff'"),
+        ({k: v for k, v in CLAIM.items() if k != "metric"}, "missing 'metric'"),
+        ({**CLAIM, "holds_if": "fedavg beats local"}, "is none of"),
+        ({**CLAIM, "experiment": "nope"}, "experiment 'nope'"),
+        ({**CLAIM, "holds_if": "fedavg decreasing"}, "needs 'over: <swept key>'"),
+        ({**CLAIM, "metric": "pers/acc.top"}, "needs one of .best"),
+    ]
     for claim, message in cases:
         with pytest.raises(ClaimsError, match="claims\\[0\\]") as e:
             load_file(_claims_file(tmp_path, [claim]))
         assert message in str(e.value)
     # names and paper numbers are checked against the composed experiment
-    pc = load_file(_claims_file(tmp_path, [{**CLAIM, "holds_if": "fedavg > fedprox"},
-                                           {**CLAIM, "id": "d", "holds_if": "local > fedavg"}]))
+    pc = load_file(
+        _claims_file(
+            tmp_path, [{**CLAIM, "holds_if": "fedavg > fedprox"}, {**CLAIM, "id": "d", "holds_if": "local > fedavg"}]
+        )
+    )
     problems = check(pc)
     assert any("'fedprox' is not a value of choice:algorithm" in p for p in problems)
     assert any("d: 'local > fedavg' is fails on the paper's own numbers" in p for p in problems)
@@ -193,7 +240,9 @@ def test_bad_claims_files_are_refused_with_the_place_and_the_reason(tmp_path):
     node = yaml.safe_load(path.read_text())
     node["experiments"]["grid"]["smoke"]["sweep"] = {"local_epochs": [1, 2]}
     path.write_text(yaml.safe_dump(node))
-    assert any("smoke sweeps algorithm over local,fedavg,fedavg_ft and no override" in p for p in check(load_file(path)))
+    assert any(
+        "smoke sweeps algorithm over local,fedavg,fedavg_ft and no override" in p for p in check(load_file(path))
+    )
 
 
 def test_extra_overrides_must_not_change_results():
@@ -204,6 +253,7 @@ def test_extra_overrides_must_not_change_results():
 
 # ---- a claim judged from hand-written run dirs -----------------------------------------------------------------------
 
+
 def _write_run(sweep: Path, job: dict, num: int, value: float | None, status="complete"):
     """A run dir as fedbench writes it, for one job of the experiment."""
     algo, seed = job["algorithm"], int(job["seed"])
@@ -211,10 +261,20 @@ def _write_run(sweep: Path, job: dict, num: int, value: float | None, status="co
     (d / ".hydra").mkdir(parents=True)
     plain = {k: yaml.safe_load(v) for k, v in job.items() if k not in ("algorithm", "experiment", "seed")}
     (d / "config.yaml").write_text(yaml.safe_dump({**plain, "seed": seed, "algorithm": {"name": algo}}))
-    (d / ".hydra" / "hydra.yaml").write_text(yaml.safe_dump({"hydra": {
-        "runtime": {"choices": {"algorithm": algo}}, "job": {"num": num},
-        "overrides": {"task": [f"{'+' if k == 'experiment' else ''}{k}={v}" for k, v in job.items()]}}}))
-    (d / "metrics.jsonl").write_text(json.dumps({"round": 1, "pers/acc": value, "time/round": 2.0, "time/eval": 0.5}) + "\n")
+    (d / ".hydra" / "hydra.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "hydra": {
+                    "runtime": {"choices": {"algorithm": algo}},
+                    "job": {"num": num},
+                    "overrides": {"task": [f"{'+' if k == 'experiment' else ''}{k}={v}" for k, v in job.items()]},
+                }
+            }
+        )
+    )
+    (d / "metrics.jsonl").write_text(
+        json.dumps({"round": 1, "pers/acc": value, "time/round": 2.0, "time/eval": 0.5}) + "\n"
+    )
     (d / "status.json").write_text(json.dumps({"status": status}))
     if status == "complete":
         (d / "summary.json").write_text(json.dumps({"metrics": {"pers/acc": {"best": value}}}))
@@ -228,16 +288,27 @@ def test_claim_from_run_dirs_pairs_seeds_across_runs_and_counts_missing_ones(tmp
     exp = pc.experiments["grid"]["smoke"]
     jobs, _ = exp.jobs()
     sweep = tmp_path / "runs" / "smoke" / "toy"
-    acc = {("local", "0"): 0.50, ("local", "1"): 0.40, ("local", "2"): 0.60,
-           ("fedavg", "2"): 0.64, ("fedavg", "0"): 0.52, ("fedavg", "1"): 0.43}
-    order = sorted(jobs, key=lambda j: (j["algorithm"], {"2": 0, "0": 1, "1": 2}[j["seed"]] if j["algorithm"] == "fedavg"
-                                        else int(j["seed"])))
+    acc = {
+        ("local", "0"): 0.50,
+        ("local", "1"): 0.40,
+        ("local", "2"): 0.60,
+        ("fedavg", "2"): 0.64,
+        ("fedavg", "0"): 0.52,
+        ("fedavg", "1"): 0.43,
+    }
+    order = sorted(
+        jobs,
+        key=lambda j: (
+            j["algorithm"],
+            {"2": 0, "0": 1, "1": 2}[j["seed"]] if j["algorithm"] == "fedavg" else int(j["seed"]),
+        ),
+    )
     for i, job in enumerate(order):
         _write_run(sweep, job, i, acc[(job["algorithm"], job["seed"])])
     res = evaluate_claim(pc, pc.claims[0], RunSet(pc, "smoke", tmp_path / "runs"))
     assert res.outcome.verdict == HOLDS
     assert res.outcome.tests[0].per_seed == pytest.approx({0: 2.0, 1: 3.0, 2: 4.0})
-    assert res.data["fedavg"][None] == pytest.approx({2: 64.0, 0: 52.0, 1: 43.0})      # percent, as the report
+    assert res.data["fedavg"][None] == pytest.approx({2: 64.0, 0: 52.0, 1: 43.0})  # percent, as the report
     assert (res.n_complete, res.n_runs, res.seconds) == (6, 6, 15.0)
     # FedAvg seed 1 failed, Local seed 2 never started: two pairs left, fewer than min_seeds (3)
     shutil.rmtree(sweep / "local_seed2")
@@ -276,7 +347,9 @@ def test_a_run_made_by_another_command_is_found_by_its_config(tmp_path):
     res = evaluate_claim(pc, pc.claims[0], RunSet(pc, "smoke", tmp_path / "runs"))
     assert res.status == {"missing": 1} and not res.adopted and set(res.outcome.tests[0].per_seed) == {0, 2}
     config.write_text(config.read_text().replace("clients: 5", "clients: 4"))
-    node["hydra"]["overrides"]["task"] = [o.replace("algorithm=fedavg", "algorithm=local") for o in node["hydra"]["overrides"]["task"]]
+    node["hydra"]["overrides"]["task"] = [
+        o.replace("algorithm=fedavg", "algorithm=local") for o in node["hydra"]["overrides"]["task"]
+    ]
     hydra.write_text(yaml.safe_dump(node))
     res = evaluate_claim(pc, pc.claims[0], RunSet(pc, "smoke", tmp_path / "runs"))
     assert res.status == {"missing": 1} and not res.adopted
@@ -307,16 +380,26 @@ def test_metric_at_mean_is_the_mean_over_the_logged_rounds(tmp_path):
 
     d = tmp_path / "run"
     (d / ".hydra").mkdir(parents=True)
-    (d / ".hydra" / "hydra.yaml").write_text(yaml.safe_dump({"hydra": {"runtime": {"choices": {"algorithm": "fedavg"}},
-                                                                       "overrides": {"task": ["seed=0"]}}}))
+    (d / ".hydra" / "hydra.yaml").write_text(
+        yaml.safe_dump({"hydra": {"runtime": {"choices": {"algorithm": "fedavg"}}, "overrides": {"task": ["seed=0"]}}})
+    )
     (d / "config.yaml").write_text(yaml.safe_dump({"seed": 0, "algorithm": {"name": "fedavg"}}))
-    rows = [{"round": 0, "global/acc": 0.1}, {"round": 1, "forgetting/missing": 0.2}, {"round": 2, "global/acc": 0.3},
-            {"round": 3, "forgetting/missing": 0.6}]
+    rows = [
+        {"round": 0, "global/acc": 0.1},
+        {"round": 1, "forgetting/missing": 0.2},
+        {"round": 2, "global/acc": 0.3},
+        {"round": 3, "forgetting/missing": 0.6},
+    ]
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (d / "status.json").write_text(json.dumps({"status": "complete"}))
     (d / "summary.json").write_text(json.dumps({"metrics": {}}))
-    spec = {"paper": "p", "id": "t", "rows": "choice:algorithm", "cols": None,
-            "metrics": {"tau": "forgetting/missing@mean", "none": "forgetting/dominant@mean"}}
+    spec = {
+        "paper": "p",
+        "id": "t",
+        "rows": "choice:algorithm",
+        "cols": None,
+        "metrics": {"tau": "forgetting/missing@mean", "none": "forgetting/dominant@mean"},
+    }
     [run] = collect([tmp_path])
     rep = Report(Table(spec, [(run, spec)]))
     assert rep.cells[("fedavg", "tau")].values == pytest.approx([0.4])
@@ -329,6 +412,7 @@ def test_paper_data_is_one_pseudo_seed():
 
 
 # ---- end to end at the smoke scale -----------------------------------------------------------------------------------
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize("paper", PAPERS)
@@ -349,7 +433,7 @@ def test_smoke_scale_runs_and_reports_every_claim(paper, tmp_path, cache_dir, ca
     for c in pc.claims:
         if c.predicate.kind == "close":
             assert verdicts[c.id] == NOT_COMPARABLE
-        else:   # every test has its n = 2 seeds: the metric exists and both seeds paired
+        else:  # every test has its n = 2 seeds: the metric exists and both seeds paired
             assert verdicts[c.id] in (HOLDS, FAILS, INCONCLUSIVE), (c.id, verdicts[c.id])
             assert all(ln["n"] == "2" for ln in lines if ln["claim"] == c.id), c.id
             assert (out / paper / f"{c.id}_smoke.png").stat().st_size > 1000
@@ -362,9 +446,10 @@ def test_smoke_scale_runs_and_reports_every_claim(paper, tmp_path, cache_dir, ca
     assert sorted(p.name for p in (runs / "smoke" / paper).iterdir()) == before
     assert (runs / "smoke" / paper / "claims_launches.jsonl").read_text().splitlines() == launches
     assert main(["report", paper, "--scale", "smoke", *common, "--out", str(out), "--no-plots"]) == 0
-    again = (out / f"{paper}.md").read_text()                     # the same runs give the same page (but pictures)
-    assert "![" not in again and [ln for ln in again.splitlines() if "| smoke |" in ln] == \
-        [ln for ln in md.splitlines() if "| smoke |" in ln]
+    again = (out / f"{paper}.md").read_text()  # the same runs give the same page (but pictures)
+    assert "![" not in again and [ln for ln in again.splitlines() if "| smoke |" in ln] == [
+        ln for ln in md.splitlines() if "| smoke |" in ln
+    ]
 
 
 def test_report_page_csv_and_wandb_table_from_hand_written_runs(tmp_path):
@@ -382,18 +467,23 @@ def test_report_page_csv_and_wandb_table_from_hand_written_runs(tmp_path):
         _write_run(tmp_path / "runs" / "smoke" / "toy", job, i, acc[job["algorithm"]][int(job["seed"])])
     out = tmp_path / "results"
     [res] = report(pc, ["smoke"], tmp_path / "runs", out, wandb="offline")
-    wandb.teardown()   # flushes the offline files
+    wandb.teardown()  # flushes the offline files
     assert res.outcome.verdict == HOLDS
     md = (out / "toy.md").read_text()
-    assert "| **c**: FedAvg beats Local. | FedAvg 60, Local 50 | FedAvg 53.00 ± 8.60, Local 50.00 ± 8.16 (n = 3 seeds) " \
-           "| **holds** | smoke |" in md
+    assert (
+        "| **c**: FedAvg beats Local. | FedAvg 60, Local 50 | FedAvg 53.00 ± 8.60, Local 50.00 ± 8.16 (n = 3 seeds) "
+        "| **holds** | smoke |" in md
+    )
     assert "| fedavg − local > 0 |  | 0: +2.00, 1: +3.00, 2: +4.00 | +3.00 ± 0.82 | holds |" in md
     assert "![c (smoke)](toy/c_smoke.png)" in md and (out / "toy" / "c_smoke.png").stat().st_size > 1000
-    assert str(tmp_path) not in md and "hydra.sweep.dir=<runs>/smoke/toy`" in md    # a committed page names no machine path
+    assert (
+        str(tmp_path) not in md and "hydra.sweep.dir=<runs>/smoke/toy`" in md
+    )  # a committed page names no machine path
     [line] = list(csv.DictReader((out / "toy.csv").open()))
     assert (line["claim"], line["verdict"], line["n"], line["bound"]) == ("c", "holds", "3", "> 0")
-    assert {int(k): float(v) for k, v in (x.split(":") for x in line["per_seed"].split(";"))} == \
-        pytest.approx({0: 2.0, 1: 3.0, 2: 4.0})
+    assert {int(k): float(v) for k, v in (x.split(":") for x in line["per_seed"].split(";"))} == pytest.approx(
+        {0: 2.0, 1: 3.0, 2: 4.0}
+    )
     [logged] = [row for row in read_run(out / "toy")["history"] if "claims/toy/_type" in row]
     assert logged["claims/toy/_type"] == "table-file" and logged["claims/toy/nrows"] == 1
 

@@ -1,4 +1,5 @@
 """End to end through the real CLI, Hydra's compose API, multirun and wandb offline files."""
+
 from __future__ import annotations
 
 import json
@@ -8,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, make_cfg, run_cfg
+from conftest import make_cfg, run_cfg
 from wandb_files import read_run
 
 FEDBENCH = [sys.executable, "-m", "fedbench.cli"]
@@ -28,21 +29,28 @@ def jsonl(path: Path) -> list[dict]:
 
 def test_three_round_cli_run_with_wandb_offline(tmp_path):
     run_dir = tmp_path / "run"
-    cli("rounds=3", "clients=6", "logger=offline", "logger.console=false", "logger.wandb.tags=[mine]",
-        f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    cli(
+        "rounds=3",
+        "clients=6",
+        "logger=offline",
+        "logger.console=false",
+        "logger.wandb.tags=[mine]",
+        f"hydra.run.dir={run_dir}",
+        cwd=tmp_path,
+    )
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "complete"
     assert json.loads((run_dir / "status.json").read_text())["status"] == "complete"
     rows = [r for r in jsonl(run_dir / "metrics.jsonl") if "pers/acc" in r]
     assert [r["round"] for r in rows] == [0, 1, 2, 3]
     assert (run_dir / "partition.png").stat().st_size > 0
-    assert (run_dir / "partition_counts.csv").read_text().count("\n") == 7   # header + 6 clients
+    assert (run_dir / "partition_counts.csv").read_text().count("\n") == 7  # header + 6 clients
     wb = read_run(run_dir)
     logged = {h["_step"] for h in wb["history"] if "pers/acc" in h}
-    assert logged == {0, 1, 2, 3}                                     # every round reached W&B
+    assert logged == {0, 1, 2, 3}  # every round reached W&B
     accs = {h["_step"]: h["pers/acc"] for h in wb["history"] if "pers/acc" in h}
     assert accs[3] == pytest.approx(rows[-1]["pers/acc"])
-    assert any("partition" in k for h in wb["history"] for k in h)     # the partition heatmap as an image
+    assert any("partition" in k for h in wb["history"] for k in h)  # the partition heatmap as an image
     assert wb["config"]["rounds"] == 3 and wb["config"]["algorithm"]["name"] == "fedavg"
     assert wb["summary"]["pers/acc/best"] == pytest.approx(summary["metrics"]["pers/acc"]["best"])
     # named by method, dataset, the overrides given that change results (not logger.*, hydra.*), seed; tagged
@@ -53,16 +61,29 @@ def test_three_round_cli_run_with_wandb_offline(tmp_path):
 def test_compose_api_run_is_reproducible(tmp_path):
     a = run_cfg(make_cfg("seed=3"), tmp_path / "a")
     b = run_cfg(make_cfg("seed=3"), tmp_path / "b")
-    c = run_cfg(make_cfg("seed=4"), tmp_path / "c")
+    run_cfg(make_cfg("seed=4"), tmp_path / "c")
     assert a["metrics"] == b["metrics"] and a["final"] == b["final"]
-    assert (tmp_path / "a" / "partition_counts.csv").read_text() == (tmp_path / "b" / "partition_counts.csv").read_text()
-    assert (tmp_path / "a" / "partition_counts.csv").read_text() != (tmp_path / "c" / "partition_counts.csv").read_text()
+    assert (tmp_path / "a" / "partition_counts.csv").read_text() == (
+        tmp_path / "b" / "partition_counts.csv"
+    ).read_text()
+    assert (tmp_path / "a" / "partition_counts.csv").read_text() != (
+        tmp_path / "c" / "partition_counts.csv"
+    ).read_text()
 
 
 def test_two_by_two_multirun_shares_a_wandb_group(tmp_path):
     sweep = tmp_path / "sweep"
-    cli("-m", "algorithm=local,fedavg", "seed=0,1", "rounds=2", "clients=4", "logger=offline", "logger.console=false",
-        f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    cli(
+        "-m",
+        "algorithm=local,fedavg",
+        "seed=0,1",
+        "rounds=2",
+        "clients=4",
+        "logger=offline",
+        "logger.console=false",
+        f"hydra.sweep.dir={sweep}",
+        cwd=tmp_path,
+    )
     runs = sorted(p for p in sweep.iterdir() if (p / "summary.json").exists())
     assert len(runs) == 4
     seen, names = set(), set()
@@ -85,8 +106,12 @@ def test_two_by_two_multirun_shares_a_wandb_group(tmp_path):
     assert table["columns"] == ["job", "overrides", "status", f"{metric} best", "final", "seconds"]
     summaries = {r.name: json.loads((r / "summary.json").read_text())["metrics"][metric] for r in runs}
     assert sorted(d[0] for d in table["data"]) == [1, 2, 3, 4] and {d[2] for d in table["data"]} == {"complete"}
-    assert {d[1] for d in table["data"]} == {"algorithm=local seed=0", "algorithm=local seed=1",
-                                             "algorithm=fedavg seed=0", "algorithm=fedavg seed=1"}
+    assert {d[1] for d in table["data"]} == {
+        "algorithm=local seed=0",
+        "algorithm=local seed=1",
+        "algorithm=fedavg seed=0",
+        "algorithm=fedavg seed=1",
+    }
     assert sorted((d[3], d[4]) for d in table["data"]) == sorted((s["best"], s["final"]) for s in summaries.values())
 
 
@@ -97,7 +122,7 @@ def test_help_lists_groups(tmp_path):
     assert "fedavg" in out and "dominant_groups" in out and "alexnet" in out
     groups = out.split("== Config groups")[1].split("== Top-level keys")[0]
     assert "+experiment" in groups and "fedrema/table3" in groups and "cafeme/table1" in groups
-    for internal in ("claims", "dataset_defaults", "setting", "column", "arm/"):   # fedbench's own, the tables' parts
+    for internal in ("claims", "dataset_defaults", "setting", "column", "arm/"):  # fedbench's own, the tables' parts
         assert internal not in groups, internal
 
 
@@ -109,7 +134,11 @@ BAD = [
     (["participation=0"], "participation=0", "(0, 1]"),
     (["-m", "rounds=2,-1"], "rounds=-1", "an integer >= 1"),
     (["partition.alpha=0"], "partition.alpha=0", "0 < alpha"),
-    (["partition=shards", "partition.num_shards=30", "clients=7"], "partition.num_shards=30", "clients × shards_per_client = 14"),
+    (
+        ["partition=shards", "partition.num_shards=30", "clients=7"],
+        "partition.num_shards=30",
+        "clients × shards_per_client = 14",
+    ),
     (["clients=5000"], "clients=5000", "number of train samples"),
     (["model=cnn"], "model='cnn'", "1x8x8"),
     (["hardware=cuda"], "hardware.device='cuda'", "CUDA is not available"),
@@ -129,9 +158,18 @@ BAD = [
 
 
 # found by the run's own checks before training (partition, model, data, hardware, algorithm setup), not the pre-check
-AT_SETUP = {"partition.alpha=0", "partition=shards partition.num_shards=30 clients=7", "clients=5000", "model=cnn",
-            "hardware=cuda", "dataset=mnist dataset.root=/nonexistent", "partition=complementary_pairs clients=7",
-            "algorithm=fedcom", "partition=dominant_groups partition.s=1.5", "algorithm=ecl algorithm.num_experts=0"}
+AT_SETUP = {
+    "partition.alpha=0",
+    "partition=shards partition.num_shards=30 clients=7",
+    "clients=5000",
+    "model=cnn",
+    "hardware=cuda",
+    "dataset=mnist dataset.root=/nonexistent",
+    "partition=complementary_pairs clients=7",
+    "algorithm=fedcom",
+    "partition=dominant_groups partition.s=1.5",
+    "algorithm=ecl algorithm.num_experts=0",
+}
 PRECHECKED = [b for b in BAD if " ".join(b[0]) not in AT_SETUP]
 
 
@@ -142,13 +180,20 @@ def test_bad_config_one_line_from_the_precheck(args, key, allowed, capsys):
     assert line.startswith("fedbench: ") and key in line and allowed in line
 
 
-THROUGH_CLI = [b for b in BAD if " ".join(b[0]) in AT_SETUP] + [BAD[0], BAD[5]]   # + a pre-checked run and sweep
+THROUGH_CLI = [b for b in BAD if " ".join(b[0]) in AT_SETUP] + [BAD[0], BAD[5]]  # + a pre-checked run and sweep
 
 
 @pytest.mark.parametrize("args,key,allowed", THROUGH_CLI, ids=[" ".join(a) for a, _, _ in THROUGH_CLI])
 def test_bad_config_one_line_before_training(tmp_path, args, key, allowed):
     run_dir = tmp_path / "run"
-    p = cli(*args, "logger=none", f"hydra.run.dir={run_dir}", f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path, check=False)
+    p = cli(
+        *args,
+        "logger=none",
+        f"hydra.run.dir={run_dir}",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        cwd=tmp_path,
+        check=False,
+    )
     assert p.returncode == 2
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1, p.stderr
@@ -167,8 +212,10 @@ def test_unwritable_output_dir(tmp_path):
     blocker.write_text("not a dir")
     p = cli("logger=none", f"hydra.run.dir={blocker / 'run'}", cwd=tmp_path, check=False)
     assert p.returncode == 2 and "Traceback" not in p.stderr
-    assert p.stderr.strip() == (f"fedbench: invalid config: hydra.run.dir='{blocker / 'run'}' — a directory path "
-                                f"({blocker} is an existing file)")
+    assert p.stderr.strip() == (
+        f"fedbench: invalid config: hydra.run.dir='{blocker / 'run'}' — a directory path "
+        f"({blocker} is an existing file)"
+    )
 
 
 # ---- the pre-check in-process (fedbench.cli.precheck: what `fedbench ...` runs before Hydra) -------------------------
@@ -193,7 +240,10 @@ TYPOS = [
     # + or ++ adds a key to the config, but no part of fedbench would read it: refused too, not silently ignored
     (["+lrr=0.1"], "unknown key 'lrr' — +lrr=... adds a key that nothing reads; did you mean lr?"),
     (["++lrr=0.1"], "unknown key 'lrr' — ++lrr=... adds a key that nothing reads; did you mean lr?"),
-    (["+algorithm.muu=0.1", "algorithm=fedprox"], "unknown key 'algorithm.muu' — +algorithm.muu=... adds a key that nothing reads; did you mean algorithm.mu?"),
+    (
+        ["+algorithm.muu=0.1", "algorithm=fedprox"],
+        "unknown key 'algorithm.muu' — +algorithm.muu=... adds a key that nothing reads; did you mean algorithm.mu?",
+    ),
 ]
 
 
@@ -210,11 +260,15 @@ def test_force_add_and_extension_keys_pass_the_check_as_typed(capsys):
     from fedbench.cli import precheck
 
     schedule = "[{round:2,client:0,class:6,keep:5}]"
-    for args in (["++rounds=2"], [f"++data_schedule={schedule}"], [f"+data_schedule={schedule}"],
-                 ["+experiment=fedrema/table1", "+experiment/fedrema/setting@_global_=mnist"]):
-        precheck([*args, "logger=none"])   # accepted: no exit
+    for args in (
+        ["++rounds=2"],
+        [f"++data_schedule={schedule}"],
+        [f"+data_schedule={schedule}"],
+        ["+experiment=fedrema/table1", "+experiment/fedrema/setting@_global_=mnist"],
+    ):
+        precheck([*args, "logger=none"])  # accepted: no exit
         assert capsys.readouterr().err == "", args
-    assert "rounds='abc' — an integer >= 1" in refused(capsys, "++rounds=abc")   # ++ on a known key is still checked
+    assert "rounds='abc' — an integer >= 1" in refused(capsys, "++rounds=abc")  # ++ on a known key is still checked
 
 
 def test_experiment_offers_the_real_tables_not_their_parts(capsys):

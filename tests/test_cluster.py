@@ -1,5 +1,6 @@
 """Clusters: SLURM's USR2 warning (time limit / preemption) checkpoints the run and lets submitit requeue it, the
 requeued job resumes from that round; a sweep whose job dies without a result still ends with the summary line."""
+
 from __future__ import annotations
 
 import json
@@ -20,17 +21,17 @@ REPO = Path(__file__).resolve().parent.parent
 
 def test_usr2_preempts_and_is_handed_over_to_the_previous_handler():
     seen = []
-    old = signal.signal(signal.SIGUSR2, lambda s, f: seen.append(s))   # e.g. submitit's requeue handler
+    old = signal.signal(signal.SIGUSR2, lambda s, f: seen.append(s))  # e.g. submitit's requeue handler
     try:
         with pytest.raises(Preempted) as e, PreemptionGuard():
             signal.raise_signal(signal.SIGUSR2)
-            time.sleep(1)   # the handler raises at the next bytecode
-        assert e.value.signum == signal.SIGUSR2 and seen == []    # fedbench's guard took it first
+            time.sleep(1)  # the handler raises at the next bytecode
+        assert e.value.signum == signal.SIGUSR2 and seen == []  # fedbench's guard took it first
         hand_over(signal.SIGUSR2)
         assert seen == [signal.SIGUSR2]
     finally:
         signal.signal(signal.SIGUSR2, old)
-    hand_over(signal.SIGINT)   # Python's own SIGINT handler (KeyboardInterrupt) is not called
+    hand_over(signal.SIGINT)  # Python's own SIGINT handler (KeyboardInterrupt) is not called
 
 
 def _status(path: Path) -> dict:
@@ -48,10 +49,28 @@ def test_submitit_sweep_usr2_requeues_and_resumes_a_killed_job_is_reported(tmp_p
     sweep = tmp_path / "sweep"
     rounds = 40
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline", "PYTHONPATH": str(REPO)}
-    p = subprocess.Popen([sys.executable, "-m", "fedbench.cli", "-m", "hydra/launcher=submitit_local",
-                          "hydra.launcher.timeout_min=20", "seed=0,1", f"rounds={rounds}", "clients=4", "logger=none",
-                          "hardware.threads=1", "checkpoint.every=0", f"hydra.sweep.dir={sweep}"],
-                         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "fedbench.cli",
+            "-m",
+            "hydra/launcher=submitit_local",
+            "hydra.launcher.timeout_min=20",
+            "seed=0,1",
+            f"rounds={rounds}",
+            "clients=4",
+            "logger=none",
+            "hardware.threads=1",
+            "checkpoint.every=0",
+            f"hydra.sweep.dir={sweep}",
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     sent: dict = {}
     deadline = time.time() + 600
     while len(sent) < 2 and time.time() < deadline and p.poll() is None:
@@ -73,7 +92,7 @@ def test_submitit_sweep_usr2_requeues_and_resumes_a_killed_job_is_reported(tmp_p
     logs = "".join(f.read_text() for f in sweep.glob(".submitit/*/*_log.err"))
     assert "SIGUSR2 received: checkpoint saved" in logs
     resumed = int(re.search(r"resuming \S+seed=0 after round (\d+)", logs).group(1))
-    assert resumed >= sent[job0.name][1] >= 2                         # from the round it had finished, not from 0
+    assert resumed >= sent[job0.name][1] >= 2  # from the round it had finished, not from 0
     rows = [json.loads(ln) for ln in (job0 / "metrics.jsonl").read_text().splitlines()]
-    assert [r["round"] for r in rows if "pers/acc" in r] == list(range(rounds + 1))   # every round evaluated once
-    assert _status(job1 / "status.json")["status"] == "running"       # SIGKILL: it could not say anything itself
+    assert [r["round"] for r in rows if "pers/acc" in r] == list(range(rounds + 1))  # every round evaluated once
+    assert _status(job1 / "status.json")["status"] == "running"  # SIGKILL: it could not say anything itself

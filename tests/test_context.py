@@ -1,4 +1,5 @@
 """An algorithm needs its Context, not a Run (issue #22); local training is one LocalSpec per phase."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -7,38 +8,25 @@ import inspect
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import make_cfg
 
-from fedbench import seeding
+from fedbench import build, seeding
 from fedbench.algorithms import ALGORITHMS
 from fedbench.algorithms.base import Algorithm
 from fedbench.algorithms.local import LocalInputs, LocalSpec
 from fedbench.context import Context
-from fedbench.data.datasets import load_dataset
-from fedbench.data.federated import FederatedData
-from fedbench.data.partitions import make_partition
 from fedbench.engine.augment import build_augment
-from fedbench.engine.executor import make_executor
-from fedbench.engine.functional import FModel
 from fedbench.engine.stack import broadcast
-from fedbench.models import build_model
 from fedbench.run import Run
-
-from conftest import make_cfg
 
 CPU = torch.device("cpu")
 
 
 def build_context(cfg, out_dir) -> Context:
-    """What Run.setup builds before the algorithm, from the same helpers (on the CPU, ``hardware.precision=fp64``)."""
-    dataset = load_dataset(cfg.dataset, cache_dir=cfg.cache_dir)
-    part = make_partition(cfg.partition, dataset.y.numpy(), dataset.n_train, dataset.num_classes, int(cfg.clients),
-                          seeding.rng(int(cfg.partition.seed), "partition"), attrs=dataset.attrs)
-    data = FederatedData.build(dataset, part, CPU, torch.float64)
+    """What build.setup makes before the algorithm, from the same helpers but without a Run (CPU, fp64)."""
+    data = build.federated_data(cfg, CPU, torch.float64)
     seeding.seed_everything(cfg.seed, "init")
-    net = build_model(cfg.model, data.input_shape, data.num_classes).to(CPU, torch.float64)
-    hw = cfg.hardware
-    executor = make_executor(hw.executor, CPU, hw.precision, bool(hw.channels_last), int(hw.eval_batch))
-    fm = FModel(net.to(memory_format=torch.channels_last) if executor.channels_last else net)
+    executor, fm = build.model(cfg, data, CPU, torch.float64)
     return Context(cfg, data, fm, executor, fm.init_state(torch.float64, CPU), build_augment(cfg.dataset), out_dir)
 
 
@@ -56,7 +44,7 @@ def test_an_algorithm_runs_a_round_with_a_context_and_no_run(tmp_path, name):
     assert seen and all(s[:2] == (1, [0, 2, 3]) for s in seen) and "train" in {s[2] for s in seen}
     run = Run(make_cfg(*over), tmp_path / "run")
     run.setup()
-    run.ctx.publish = ctx.publish   # no loggers outside execute(): FedReMa's pictures go nowhere, as in ctx
+    run.ctx.publish = ctx.publish  # no loggers outside execute(): FedReMa's pictures go nowhere, as in ctx
     assert run.algorithm.round(1, clients) == metrics
     for (p, b), (q, c) in zip([algo.client_models(clients, 1)], [run.algorithm.client_models(clients, 1)]):
         assert all(torch.equal(p[k], q[k]) for k in p) and all(torch.equal(b[k], c[k]) for k in b)
@@ -76,8 +64,14 @@ def test_optimizer_state_persists_as_the_spec_says_for_any_phase(tmp_path, persi
     """One SGD step (momentum 0.9, no weight decay) of client 1 in phase "finetune": with persist_opt_state the
     client's momentum buffer is kept, and after a first step it is the gradient of the batch's mean CE (torch's
     SGD); the other clients' rows stay zero. Without it no optimizer state is kept."""
-    cfg = make_cfg("model=tiny_cnn", "model.batch_norm=false", "hardware.precision=fp64", "optim.momentum=0.9",
-                   "optim.weight_decay=0.0", "optim.persistent_state=false")
+    cfg = make_cfg(
+        "model=tiny_cnn",
+        "model.batch_norm=false",
+        "hardware.precision=fp64",
+        "optim.momentum=0.9",
+        "optim.weight_decay=0.0",
+        "optim.persistent_state=false",
+    )
     ctx = build_context(cfg, tmp_path)
     algo = ALGORITHMS["fedavg"](ctx)
     algo.setup()

@@ -1,4 +1,5 @@
 """Facts about fedbench.data.datasets: shapes, label order, determinism, caching, errors."""
+
 from __future__ import annotations
 
 import os
@@ -68,7 +69,7 @@ def test_digits_shape_labels_and_fixed_split(tmp_path):
     assert 0.0 <= a.x.min() and a.x.max() <= 1.0
     assert torch.equal(a.x, b.x) and torch.equal(a.y, b.y)
     # stratified: every class has ~20% of its samples in the test split
-    frac = torch.bincount(a.y[a.n_train:], minlength=10) / torch.bincount(a.y, minlength=10)
+    frac = torch.bincount(a.y[a.n_train :], minlength=10) / torch.bincount(a.y, minlength=10)
     assert torch.allclose(frac, torch.full((10,), 0.2), atol=0.01)
     assert not any(tmp_path.iterdir())  # no cache for embedded data
 
@@ -78,13 +79,13 @@ def test_synthetic_is_deterministic_and_learnable(tmp_path):
     a, b = load_dataset(cfg, tmp_path), load_dataset(cfg, tmp_path)
     assert torch.equal(a.x, b.x) and torch.equal(a.y, b.y)
     assert a.x.shape == (10 * (100 + 20), 1, 8, 8) and a.n_train == 1000
-    assert torch.equal(torch.bincount(a.y[a.n_train:]), torch.full((10,), 20))
+    assert torch.equal(torch.bincount(a.y[a.n_train :]), torch.full((10,), 20))
     assert not torch.equal(load_dataset(make_cfg("synthetic", seed=1), tmp_path).x, a.x)
     # nearest class mean fitted on train, scored on test
     xtr, ytr = a.x[: a.n_train].flatten(1), a.y[: a.n_train]
     means = torch.stack([xtr[ytr == c].mean(0) for c in range(10)])
-    pred = torch.cdist(a.x[a.n_train:].flatten(1), means).argmin(1)
-    assert (pred == a.y[a.n_train:]).float().mean() > 0.8
+    pred = torch.cdist(a.x[a.n_train :].flatten(1), means).argmin(1)
+    assert (pred == a.y[a.n_train :]).float().mean() > 0.8
 
 
 def test_normalisation_is_per_channel_and_checked(tmp_path):
@@ -168,8 +169,14 @@ def test_imagefolder_labels_follow_sorted_folders_and_cache_is_used(image_tree, 
 
 
 def test_imagefolder_options_and_no_cache(image_tree, tmp_path):
-    cfg = make_cfg("imagefolder", root=str(image_tree), image_size=4, channels=1, cache=False,
-                   normalize={"mean": [0.5], "std": [0.5]})
+    cfg = make_cfg(
+        "imagefolder",
+        root=str(image_tree),
+        image_size=4,
+        channels=1,
+        cache=False,
+        normalize={"mean": [0.5], "std": [0.5]},
+    )
     d = load_dataset(cfg, tmp_path / "cache")
     assert d.x.shape == (12, 1, 4, 4) and -1 <= d.x.min() and d.x.max() <= 1
     assert not (tmp_path / "cache").exists()
@@ -187,12 +194,14 @@ def test_tinyimagenet_fake_tree(tmp_path):
             write_image(base / "train" / w / "images" / f"{w}_{k}.JPEG", colour(i, size=(64, 64)))
         (base / "train" / w / f"{w}_boxes.txt").write_text("ignored\n")
     gray = torch.full((1, 64, 64), 128, dtype=torch.uint8)  # Tiny-ImageNet has some grayscale JPEGs
-    val = [("val_0.JPEG", "n01", colour(1, size=(64, 64))), ("val_1.JPEG", "n02", gray),
-           ("val_2.JPEG", "n02", colour(0, size=(64, 64)))]
+    val = [
+        ("val_0.JPEG", "n01", colour(1, size=(64, 64))),
+        ("val_1.JPEG", "n02", gray),
+        ("val_2.JPEG", "n02", colour(0, size=(64, 64))),
+    ]
     for f, _, img in val:
         write_image(base / "val" / "images" / f, img)
-    (base / "val" / "val_annotations.txt").write_text(
-        "".join(f"{f}\t{w}\t0\t0\t63\t63\n" for f, w, _ in val))
+    (base / "val" / "val_annotations.txt").write_text("".join(f"{f}\t{w}\t0\t0\t63\t63\n" for f, w, _ in val))
 
     d = load_dataset(make_cfg("tinyimagenet", data_root=tmp_path, cache=False, normalize=None), tmp_path)
     assert d.classes == ["n01", "n02"] and d.num_classes == 2
@@ -204,8 +213,9 @@ def test_tinyimagenet_fake_tree(tmp_path):
     assert e.value.key == "dataset.download"
 
 
-@pytest.mark.parametrize("name", ["mnist", "fashionmnist", "cifar10", "cifar100", "rmnist",
-                                  "imagefolder", "tinyimagenet"])
+@pytest.mark.parametrize(
+    "name", ["mnist", "fashionmnist", "cifar10", "cifar100", "rmnist", "imagefolder", "tinyimagenet"]
+)
 def test_missing_data_names_root_and_paths(name, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -264,8 +274,7 @@ def test_real_cifar10_imagefolder(data_root, cache_dir):
     need(data_root / "cifar10" / "train")
     d = load_dataset(make_cfg("cifar10", data_root=data_root), cache_dir)
     assert d.x.shape == (60000, 3, 32, 32) and d.n_train == 50000
-    assert d.classes == ["airplane", "automobile", "bird", "cat", "deer",
-                         "dog", "frog", "horse", "ship", "truck"]
+    assert d.classes == ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
     assert torch.equal(torch.bincount(d.y[:50000]), torch.full((10,), 5000))
     assert torch.equal(torch.bincount(d.y[50000:]), torch.full((10,), 1000))
     assert d.x[:50000].mean((0, 2, 3)).abs().max() < 0.01  # normalised with the yaml's mean/std

@@ -1,6 +1,7 @@
 """The defaults train (issue #20 item 1): the README's CIFAR-10 example and the plain digits run give finite, falling
 losses; a real image dataset brings its own default lr (conf/dataset_defaults/), which never replaces the lr an
 experiment config or the command line sets."""
+
 from __future__ import annotations
 
 import json
@@ -28,10 +29,19 @@ def test_readme_cifar_example_trains(shared_data, tmp_path):
     [cmd] = [c for c in doc_commands() if c.source.startswith("README.md") and "dataset=cifar10" in c.text]
     _, *args = shell_words(cmd.text, shared_data)
     args = [a for a in args if not a.startswith(("rounds=", "dataset.root=", "data_root="))]
-    cfg = make_cfg(*args, f"dataset.root={shared_data}", "rounds=1", "participation=0.15", "local_epochs=1",
-                   "eval.global_model=false", "logger=none", "hardware=cpu", fast=False)
+    cfg = make_cfg(
+        *args,
+        f"dataset.root={shared_data}",
+        "rounds=1",
+        "participation=0.15",
+        "local_epochs=1",
+        "eval.global_model=false",
+        "logger=none",
+        "hardware=cpu",
+        fast=False,
+    )
     assert cfg.dataset.name == "cifar10" and cfg.model.name == "cnn" and cfg.partition.name == "shards"
-    run_cfg(cfg, tmp_path)                                   # raises Diverged on a non-finite loss
+    run_cfg(cfg, tmp_path)  # raises Diverged on a non-finite loss
     loss = _rounds(tmp_path)[1]["train/loss"]
     # each client holds (about evenly) 2 classes: a model that learns nothing cannot beat ln 2, the loss of the best
     # constant guess; the epoch's mean loss (from ln 10 at the first step) must be below it
@@ -49,7 +59,9 @@ def test_default_digits_run_trains(tmp_path):
     assert rows[3]["pers/acc"] > rows[0]["pers/acc"] + 0.3
 
 
-@pytest.mark.parametrize("dataset", ["cifar10", "cifar100", "tinyimagenet", "mnist", "fashionmnist", "rmnist", "femnist"])
+@pytest.mark.parametrize(
+    "dataset", ["cifar10", "cifar100", "tinyimagenet", "mnist", "fashionmnist", "rmnist", "femnist"]
+)
 def test_real_image_datasets_default_to_a_step_that_trains(dataset):
     """lr 0.05 with momentum 0.9 (a step of lr/(1-momentum) = 0.5) collapses conv nets on CIFAR-10 and MNIST (measured,
     conf/dataset_defaults/cifar10.yaml, mnist.yaml); the real image datasets default to lr 0.01 (step 0.1); the
@@ -60,12 +72,20 @@ def test_real_image_datasets_default_to_a_step_that_trains(dataset):
     assert make_cfg("dataset=digits", fast=False).lr == 0.05
 
 
-@pytest.mark.parametrize("experiment,lr", [("fedrema/table3", 0.01), ("fedka/table1", 0.01), ("ecl/table1", 0.1),
-                                           ("fedcom/table1", 0.001), ("cafeme/table1", 0.001)])
+@pytest.mark.parametrize(
+    "experiment,lr",
+    [
+        ("fedrema/table3", 0.01),
+        ("fedka/table1", 0.01),
+        ("ecl/table1", 0.1),
+        ("fedcom/table1", 0.001),
+        ("cafeme/table1", 0.001),
+    ],
+)
 def test_experiment_configs_keep_their_own_lr(experiment, lr):
     """A paper table sets the paper's lr (FedReMa Table 3: 0.01, FedKA: 0.01, ECL: 0.1, FedCOM: 0.001, CAFeMe: the
-    code's lr_outer 0.001) and the dataset's default never replaces it: composed after the table's own dataset choice, also
-    when a column or the command line changes the dataset."""
+    code's lr_outer 0.001) and the dataset's default never replaces it: composed after the table's own dataset choice,
+    also when a column or the command line changes the dataset."""
     cfg = make_cfg(f"+experiment={experiment}", fast=False)
     assert cfg.lr == lr, (experiment, cfg.lr)
     assert make_cfg(f"+experiment={experiment}", "dataset=mnist", fast=False).lr == lr

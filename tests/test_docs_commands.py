@@ -21,6 +21,7 @@ commands are checked, not run; a few representative ones run for real:
 A command that needs ``../shared/data`` (or ``$FEDBENCH_DATA``) skips with the reason when the data is absent, and
 one on a dataset that is not there (CIFAR-100, Tiny-ImageNet, FEMNIST, Fashion-MNIST) skips naming it.
 """
+
 from __future__ import annotations
 
 import os
@@ -40,14 +41,14 @@ DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 PLACEHOLDER = "@SWEEP@"
 # where each dataset lives under the data root (the ones a checkout's ../shared/data may hold)
 DATA_DIRS = {"cifar10": "cifar10", "mnist": "MNIST", "rmnist": "MNIST"}
-GENERATED = {"digits", "synthetic"}          # embedded / procedural: no data root needed
+GENERATED = {"digits", "synthetic"}  # embedded / procedural: no data root needed
 SMOKE = ["rounds=1", "logger=none", "hardware.threads=1"]
 
 
 @dataclass
 class DocCommand:
-    source: str        # file:line
-    text: str          # as written (continuations joined)
+    source: str  # file:line
+    text: str  # as written (continuations joined)
 
     @property
     def id(self) -> str:
@@ -96,7 +97,10 @@ def test_the_docs_have_commands():
 # ---- running one command ---------------------------------------------------------------------------------------
 
 # the commands that really run (file, their text up to the first comment): the README's quick start on digits
-RUN = {("README.md", "fedbench algorithm=fedrema partition=shards"), ("README.md", "fedbench -m algorithm=local,fedavg seed=0,1")}
+RUN = {
+    ("README.md", "fedbench algorithm=fedrema partition=shards"),
+    ("README.md", "fedbench -m algorithm=local,fedavg seed=0,1"),
+}
 
 
 class Session:
@@ -200,9 +204,12 @@ def check_fedbench(args: list[str], session: Session, data: Path | None, run: bo
     if any(a in ("--help", "-h", "--shell-completion", "-sc") for a in args):
         return _call(cli.main, "fedbench", args)
     multirun = any(a in ("-m", "--multirun") for a in args)
-    args = [a for a in args if _key(a) not in {"rounds", "logger", "hardware.threads", "hydra.run.dir", "hydra.sweep.dir"}
-            or not run]
-    code = _call(lambda: cli.precheck(args), "fedbench", args)   # exits 2 with one line on a bad command
+    args = [
+        a
+        for a in args
+        if _key(a) not in {"rounds", "logger", "hardware.threads", "hydra.run.dir", "hydra.sweep.dir"} or not run
+    ]
+    code = _call(lambda: cli.precheck(args), "fedbench", args)  # exits 2 with one line on a bad command
     if code:
         return code
     first = _first_values([a for a in args if "=" in a and not a.startswith("-")])
@@ -213,12 +220,15 @@ def check_fedbench(args: list[str], session: Session, data: Path | None, run: bo
     if not run:
         if cfg.dataset.name in GENERATED:
             job = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
-            Run(job, session.fresh("setup")).setup()      # data, partition, model, the algorithm's own checks
+            Run(job, session.fresh("setup")).setup()  # data, partition, model, the algorithm's own checks
         return 0
     where = session.fresh("sweep" if multirun else "run")
     SWEEP_FAILED.clear()
-    code = _call(cli.main, "fedbench", [*(_first_values(args) if multirun else args), *SMOKE,
-                                        f"hydra.{'sweep' if multirun else 'run'}.dir={where}"])
+    code = _call(
+        cli.main,
+        "fedbench",
+        [*(_first_values(args) if multirun else args), *SMOKE, f"hydra.{'sweep' if multirun else 'run'}.dir={where}"],
+    )
     if multirun and code == 0:
         session.sweep = where
     return code
@@ -236,16 +246,16 @@ def run_report(args: list[str], session: Session) -> int:
 
     dirs = [a for a in args if not a.startswith("-") and (a == PLACEHOLDER or a.startswith("outputs/"))]
     args = [str(_sweep(session)) if a in dirs else a for a in args]
-    if "--wandb" in args:   # W&B logging: test_report.py; here no wandb process
+    if "--wandb" in args:  # W&B logging: test_report.py; here no wandb process
         i = args.index("--wandb")
-        args[i:i + (2 if i + 1 < len(args) and not args[i + 1].startswith("-") else 1)] = ["--no-wandb"]
+        args[i : i + (2 if i + 1 < len(args) and not args[i + 1].startswith("-") else 1)] = ["--no-wandb"]
     return main([*args, "--out", str(session.fresh("report"))])
 
 
 def run_tables(args: list[str], session: Session) -> int:
     from fedbench.report import list_tables
 
-    if "--markdown" in args:   # never rewrite the repository's docs/tables.md from a test
+    if "--markdown" in args:  # never rewrite the repository's docs/tables.md from a test
         i = args.index("--markdown")
         if i + 1 >= len(args) or args[i + 1].startswith("-"):
             args.insert(i + 1, str(session.fresh("tables") / "tables.md"))
@@ -273,7 +283,7 @@ def check_make(args: list[str], session: Session, data: Path | None) -> int:
         pytest.skip("make is not installed")
     p = subprocess.run(["make", "-n", *args], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
-    for line in p.stdout.splitlines():   # the recipe's fedbench line (make test's pytest would run this test again)
+    for line in p.stdout.splitlines():  # the recipe's fedbench line (make test's pytest would run this test again)
         words = shlex.split(line)
         if words and Path(words[0]).name == "fedbench":
             return check_fedbench(words[1:], session, data, run=False)
@@ -285,10 +295,10 @@ def test_documented_command_works(cmd: DocCommand, session, monkeypatch, capfd):
     data = shared_data_dir()
     if data is None and ("shared/data" in cmd.text or "FEDBENCH_DATA" in cmd.text):
         pytest.skip("needs ../shared/data (or $FEDBENCH_DATA), which is absent")
-    monkeypatch.chdir(REPO)                               # ../shared/data is relative to the checkout
+    monkeypatch.chdir(REPO)  # ../shared/data is relative to the checkout
     monkeypatch.setenv("WANDB_MODE", "offline")
     if data is not None:
-        monkeypatch.setenv("FEDBENCH_DATA", str(data))     # as the README asks: export FEDBENCH_DATA=../shared/data
+        monkeypatch.setenv("FEDBENCH_DATA", str(data))  # as the README asks: export FEDBENCH_DATA=../shared/data
     program, *args = shell_words(cmd.text, data)
     if program == "fedbench":
         run = (cmd.source.split(":")[0], cmd.text.split("#")[0].strip()) in RUN
@@ -333,19 +343,27 @@ def test_a_sweep_without_its_data_fails_once_before_any_job(tmp_path, monkeypatc
     not found' once per job (five) after launching them; now one line naming dataset.root and no job starts."""
     from fedbench import cli
 
-    monkeypatch.chdir(tmp_path)                                    # no ./data here
+    monkeypatch.chdir(tmp_path)  # no ./data here
     monkeypatch.delenv("FEDBENCH_DATA", raising=False)
     monkeypatch.setenv("FEDBENCH_CACHE", str(tmp_path / "cache"))  # no decoded copy either
     sweep = tmp_path / "sweep"
-    code = _call(cli.main, "fedbench", ["-m", "+experiment=fedrema/table3", "scale=0.1", "seed=0", "logger=none",
-                                        f"hydra.sweep.dir={sweep}"])
+    code = _call(
+        cli.main,
+        "fedbench",
+        ["-m", "+experiment=fedrema/table3", "scale=0.1", "seed=0", "logger=none", f"hydra.sweep.dir={sweep}"],
+    )
     err = capfd.readouterr().err
     assert code == 2 and not sweep.exists()
     assert err.count("dataset.root='data'") == 1 and "data_root=" in err and "Launching" not in err, err
 
 
-@pytest.mark.parametrize("word,expected", [("+experiment=fedrema/t", [f"+experiment=fedrema/table{i}" for i in range(1, 6)]),
-                                           ("experiment=smo", ["experiment=smoke"])])
+@pytest.mark.parametrize(
+    "word,expected",
+    [
+        ("+experiment=fedrema/t", [f"+experiment=fedrema/table{i}" for i in range(1, 6)]),
+        ("experiment=smo", ["experiment=smoke"]),
+    ],
+)
 def test_experiment_completes_to_the_paper_tables(word, expected, monkeypatch, capfd):
     """`fedbench +experiment=<TAB>` (README): the paper tables one folder down, not only `smoke` (Hydra's own
     completion), and never an internal part (`fedrema/setting/...`)."""

@@ -1,4 +1,5 @@
 """ECL (spec ecl.md): data grouping, BSCE, Eq. 5–6 arithmetic, phase-II mechanics, executors, tail accuracy."""
+
 from __future__ import annotations
 
 import json
@@ -10,10 +11,15 @@ import torch.nn.functional as F
 from conftest import make_cfg
 
 from fedbench.algorithms.ecl import ECL, expert_of_class, logit_scales, mixing_weights
-from fedbench.algorithms.local import LocalInputs, LocalSpec
-from fedbench.algorithms.oneshot import (class_set_accuracy, classifier_names, combine_logits, expert_groups,
-                                         head_tail_accuracy)
 from fedbench.algorithms.fedprox import FedProx
+from fedbench.algorithms.local import LocalInputs, LocalSpec
+from fedbench.algorithms.oneshot import (
+    class_set_accuracy,
+    classifier_names,
+    combine_logits,
+    expert_groups,
+    head_tail_accuracy,
+)
 from fedbench.engine.stack import broadcast, rows
 from fedbench.errors import ConfigError
 from fedbench.losses import balanced_softmax_ce
@@ -35,7 +41,8 @@ def test_expert_groups_sort_present_classes_by_count_and_cut_contiguously():
     # present classes by descending count (ties: lower index first): 2, 7, 3, 4, 1, 5
     assert [g.tolist() for g in expert_groups(counts, 2)] == [[2, 7, 3], [4, 1, 5]]
     assert [g.tolist() for g in expert_groups(counts, 1)] == [[2, 7, 3, 4, 1, 5]]
-    # ⌈6/4⌉ = 2 classes per group: the last expert gets nothing (spec §3.1); `even` keeps every expert busy
+    # ⌈6/4⌉ = 2 classes per group (ECL §3.1: ⌈|C_k|/M⌉ per group): the last expert gets nothing; `even` keeps every
+    # expert busy
     assert [g.tolist() for g in expert_groups(counts, 4)] == [[2, 7], [3, 4], [1, 5], []]
     assert [g.tolist() for g in expert_groups(counts, 4, "even")] == [[2, 7], [3, 4], [1], [5]]
     owner = expert_of_class([expert_groups(counts, 2)], 8)
@@ -53,12 +60,14 @@ def test_balanced_softmax_ce_is_ce_for_uniform_counts_and_masks_absent_classes()
     # a class with n = 0 is (effectively) out of the softmax
     n0, keep = torch.tensor([3.0, 3.0, 0.0, 3.0], dtype=torch.float64), [0, 1, 3]
     sub_y = torch.tensor([keep.index(int(c)) for c in y[y != 2]])
-    assert torch.allclose(balanced_softmax_ce(z[y != 2], y[y != 2], n0), F.cross_entropy(z[y != 2][:, keep], sub_y), atol=1e-5)
+    assert torch.allclose(
+        balanced_softmax_ce(z[y != 2], y[y != 2], n0), F.cross_entropy(z[y != 2][:, keep], sub_y), atol=1e-5
+    )
 
 
 def test_logit_scales_eq5_norm_ratio_squared_per_class_and_none():
-    u0 = torch.tensor([[[1.0, 0.0], [0.0, 2.0]]])               # K=1, C=2, d=2: ‖u0‖² = 5, rows 1 and 4
-    ue = torch.tensor([[[[2.0, 0.0], [0.0, 1.0]]], [[[0.0, 3.0], [4.0, 0.0]]]])   # M=2: ‖u1‖² = 5, ‖u2‖² = 25
+    u0 = torch.tensor([[[1.0, 0.0], [0.0, 2.0]]])  # K=1, C=2, d=2: ‖u0‖² = 5, rows 1 and 4
+    ue = torch.tensor([[[[2.0, 0.0], [0.0, 1.0]]], [[[0.0, 3.0], [4.0, 0.0]]]])  # M=2: ‖u1‖² = 5, ‖u2‖² = 25
     s = logit_scales(u0, ue, "norm")
     assert s.shape == (1, 2, 2) and torch.allclose(s, torch.tensor([[[1.0, 1.0], [5.0, 5.0]]]))
     assert torch.allclose(logit_scales(u0, ue, "class_norm"), torch.tensor([[[4.0, 0.25], [9.0, 4.0]]]))
@@ -70,9 +79,16 @@ def test_mixing_weights_and_combined_logits_eq6_by_hand():
     owner = torch.tensor([[1, 2, 1, 0]])
     scales = torch.tensor([[[2.0] * 4, [0.5] * 4]])
     A = mixing_weights(owner, scales, 0.25)
-    assert torch.allclose(A[0], torch.tensor([[0.75, 0.75, 0.75, 1.0],     # calibrated global: 1−λ, absent → 1
-                                              [0.5, 0.0, 0.5, 0.0],        # expert 1: λ·2 on its classes
-                                              [0.0, 0.125, 0.0, 0.0]]))    # expert 2: λ·0.5 on class 1
+    assert torch.allclose(
+        A[0],
+        torch.tensor(
+            [
+                [0.75, 0.75, 0.75, 1.0],  # calibrated global: 1−λ, absent → 1
+                [0.5, 0.0, 0.5, 0.0],  # expert 1: λ·2 on its classes
+                [0.0, 0.125, 0.0, 0.0],
+            ]
+        ),
+    )  # expert 2: λ·0.5 on class 1
     z0, z1 = torch.tensor([[1.0, 2.0, 3.0, 4.0]]), torch.tensor([[10.0, 20.0, 30.0, 40.0]])
     z2 = torch.tensor([[-8.0, 8.0, 0.0, 0.0]])
     o = combine_logits(torch.stack([z0, z1, z2]), A[0])
@@ -82,7 +98,9 @@ def test_mixing_weights_and_combined_logits_eq6_by_hand():
 
 def test_class_set_accuracy_leaves_out_unmeasured_classes_and_clients():
     acc = np.array([[1.0, np.nan, 0.5], [0.2, 0.4, np.nan]])
-    assert class_set_accuracy(acc, [np.array([0, 1]), np.array([2])]) == pytest.approx(1.0)   # client 1: nothing measured
+    assert class_set_accuracy(acc, [np.array([0, 1]), np.array([2])]) == pytest.approx(
+        1.0
+    )  # client 1: nothing measured
     assert class_set_accuracy(acc, [np.array([0, 2]), np.array([0, 1])]) == pytest.approx((0.75 + 0.3) / 2)
     assert np.isnan(class_set_accuracy(acc, [np.array([1]), np.array([], dtype=int)]))
 
@@ -99,8 +117,16 @@ def test_head_tail_accuracy_uses_local_groups_and_global_halves():
 
 # ---------------------------------------------------------------------------- phase II on a real federation
 def test_phase_two_trains_the_named_layers_and_predicts_with_eq6(tmp_path):
-    run, summary = _run(tmp_path, *TINY_RESNET, "algorithm=ecl", "rounds=2", "algorithm.phase2_epochs=1",
-                        "optim.lr_decay_round=1", "optim.lr_decay_to=0.01", "lr=0.05")
+    run, summary = _run(
+        tmp_path,
+        *TINY_RESNET,
+        "algorithm=ecl",
+        "rounds=2",
+        "algorithm.phase2_epochs=1",
+        "optim.lr_decay_round=1",
+        "optim.lr_decay_to=0.01",
+        "lr=0.05",
+    )
     algo: ECL = run.algorithm
     w, bn = algo.global_model()
     calibrated, head_expert, tail_expert = algo.components
@@ -111,9 +137,9 @@ def test_phase_two_trains_the_named_layers_and_predicts_with_eq6(tmp_path):
     def changed(P):
         return {k for k in run.fm.param_names if not torch.equal(P[k], w[k].expand_as(P[k]))}
 
-    assert changed(calibrated[0]) == cls                        # Eq. 3: classifier only
-    assert changed(head_expert[0]) == last | cls                # m < M: last residual block + classifier
-    assert changed(tail_expert[0]) == cls                       # m = M: classifier only
+    assert changed(calibrated[0]) == cls  # Eq. 3: classifier only
+    assert changed(head_expert[0]) == last | cls  # m < M: last residual block + classifier
+    assert changed(tail_expert[0]) == cls  # m = M: classifier only
     # frozen layers keep the global BatchNorm statistics; the head expert's last block has its own
     assert all(torch.equal(calibrated[1][k], bn[k].expand_as(calibrated[1][k])) for k in bn)
     moved = {k for k in bn if not torch.equal(head_expert[1][k], bn[k].expand_as(head_expert[1][k]))}
@@ -138,7 +164,9 @@ def test_phase_two_trains_the_named_layers_and_predicts_with_eq6(tmp_path):
     C = run.data.num_classes
 
     def class_acc(logits):
-        return np.array([[((z.argmax(1) == y) & (y == c)).sum().item() / (y == c).sum().item() for c in range(C)] for z in logits])
+        return np.array(
+            [[((z.argmax(1) == y) & (y == c)).sum().item() / (y == c).sum().item() for c in range(C)] for z in logits]
+        )
 
     for name, logits in (("calibrated", zs[0]), ("expert1", zs[1]), ("expert2", zs[2]), (None, mixed)):
         ht = head_tail_accuracy(run.data.counts, class_acc(logits))
@@ -161,8 +189,16 @@ def test_phase_two_trains_the_named_layers_and_predicts_with_eq6(tmp_path):
 def test_phase_two_sequential_equals_vectorized_fp64(tmp_path):
     out = {}
     for ex in ("sequential", "vectorized"):
-        run, summary = _run(tmp_path / ex, *TINY_RESNET, "algorithm=ecl", "rounds=1", "clients=4", "algorithm.phase2_epochs=1",
-                            f"hardware.executor={ex}", "hardware.precision=fp64")
+        run, summary = _run(
+            tmp_path / ex,
+            *TINY_RESNET,
+            "algorithm=ecl",
+            "rounds=1",
+            "clients=4",
+            "algorithm.phase2_epochs=1",
+            f"hardware.executor={ex}",
+            "hardware.precision=fp64",
+        )
         out[ex] = (run.algorithm, summary)
     (a, sa), (b, sb) = out["sequential"], out["vectorized"]
     for (Pa, Ba), (Pb, Bb) in zip(a.components, b.components):
@@ -176,26 +212,38 @@ def test_phase_two_sequential_equals_vectorized_fp64(tmp_path):
 
 def test_resumed_run_equals_uninterrupted(tmp_path):
     """The checkpoint holds the phase-I method's state: resumed from round 1, phase II ends in the same predictors."""
-    args = [*LONGTAIL, *TINY_RESNET, "algorithm=ecl", "rounds=2", "checkpoint.every=1", "checkpoint.keep_complete=1", "algorithm.phase2_epochs=1",
-            "hardware.precision=fp64"]
+    args = [
+        *LONGTAIL,
+        *TINY_RESNET,
+        "algorithm=ecl",
+        "rounds=2",
+        "checkpoint.every=1",
+        "checkpoint.keep_complete=1",
+        "algorithm.phase2_epochs=1",
+        "hardware.precision=fp64",
+    ]
     full = Run(make_cfg(*args), tmp_path)
-    full.execute()                              # leaves the round-1 checkpoint
-    assert (tmp_path / "checkpoints" / "round_000001.pt").exists()   # kept (checkpoint.keep_complete=1)
-    (tmp_path / "summary.json").unlink()        # as if it had been killed during round 2
+    full.execute()  # leaves the round-1 checkpoint
+    assert (tmp_path / "checkpoints" / "round_000001.pt").exists()  # kept (checkpoint.keep_complete=1)
+    (tmp_path / "summary.json").unlink()  # as if it had been killed during round 2
     status = json.loads((tmp_path / "status.json").read_text())
     (tmp_path / "status.json").write_text(json.dumps({**status, "status": "running"}))
     resumed = Run(make_cfg(*args, "resume=true"), tmp_path)
     summary = resumed.execute()
     first = [next(h["time/round"] for h in r.history if h["round"] == 1) for r in (full, resumed)]
-    assert first[0] == first[1]                 # round 1 came from the checkpoint
+    assert first[0] == first[1]  # round 1 came from the checkpoint
     for (Pa, Ba), (Pb, Bb) in zip(full.algorithm.components, resumed.algorithm.components):
         assert all(torch.equal(Pa[k], Pb[k]) for k in Pa) and all(torch.equal(Ba[k], Bb[k]) for k in Ba)
     assert "lt/tail_acc" in summary
 
 
 def test_bad_config_values_fail_in_setup(tmp_path):
-    for bad, key in (("algorithm.num_experts=0", "algorithm.num_experts"), ("algorithm.phase_one=ecl", "algorithm.phase_one"),
-                     ("algorithm.mix_lambda=1.5", "algorithm.mix_lambda"), ("algorithm.logit_scaling=l1", "algorithm.logit_scaling")):
+    for bad, key in (
+        ("algorithm.num_experts=0", "algorithm.num_experts"),
+        ("algorithm.phase_one=ecl", "algorithm.phase_one"),
+        ("algorithm.mix_lambda=1.5", "algorithm.mix_lambda"),
+        ("algorithm.logit_scaling=l1", "algorithm.logit_scaling"),
+    ):
         with pytest.raises(ConfigError) as e:
             Run(make_cfg(*LONGTAIL, "algorithm=ecl", bad), tmp_path).setup()
         assert e.value.key == key
@@ -212,11 +260,21 @@ def test_tail_class_accuracy_beats_fedavg_ft(tmp_path):
     """Same phase I (FedAvg, same seed, constant lr); ECL's experts vs fine-tuning the whole model.
     Measured on seeds 0/1/2 (digits, IF=10, α=0.3, 10 clients, 5 rounds): ECL tail 0.10/0.21/0.21 vs
     FedAvg-FT 0.00/0.00/0.12; the test asserts the direction on seeds 0 and 1."""
-    common = ["model=mlp", "model.head_hidden=[64]", "clients=10", "rounds=5", "local_epochs=2", "eval_every=5", "lr=0.1"]
+    common = [
+        "model=mlp",
+        "model.head_hidden=[64]",
+        "clients=10",
+        "rounds=5",
+        "local_epochs=2",
+        "eval_every=5",
+        "lr=0.1",
+    ]
     for seed in (0, 1):
         tails = {}
-        for alg, extra in (("ecl", ["algorithm.phase2_epochs=5"]),
-                           ("fedavg_ft", ["algorithm.ft_epochs=5", "algorithm.ft_lr=0.01"])):
+        for alg, extra in (
+            ("ecl", ["algorithm.phase2_epochs=5"]),
+            ("fedavg_ft", ["algorithm.ft_epochs=5", "algorithm.ft_lr=0.01"]),
+        ):
             run, summary = _run(tmp_path / f"{alg}{seed}", *common, f"algorithm={alg}", f"seed={seed}", *extra)
             tails[alg] = head_tail_accuracy(run.data.counts, summary["final"]["pers_client_class_acc"])["tail_acc"]
         assert tails["ecl"] > tails["fedavg_ft"], (seed, tails)
@@ -228,17 +286,26 @@ def test_tail_expert_is_the_last_nonempty_group_and_empty_experts_take_no_part(t
     groups of 2, 2, 0 (4 < M·⌈4/M⌉ = 6), with 2 classes 1, 1, 0. Their tail expert is expert 2 (the last
     non-empty group): classifier only, class-balanced sampling. Expert 3 is empty for them: untrained, weight 0
     in Eq. 6, left out of the Eq. 5 scale means and of the per-component accuracies."""
-    run, summary = _run(tmp_path, "model=mlp", "model.head_hidden=[16]", "algorithm=ecl", "algorithm.num_experts=3",
-                        "rounds=1", "algorithm.phase2_epochs=2", "algorithm.phase2_batch_size=8", "hardware.precision=fp64")
+    run, summary = _run(
+        tmp_path,
+        "model=mlp",
+        "model.head_hidden=[16]",
+        "algorithm=ecl",
+        "algorithm.num_experts=3",
+        "rounds=1",
+        "algorithm.phase2_epochs=2",
+        "algorithm.phase2_batch_size=8",
+        "hardware.precision=fp64",
+    )
     algo: ECL = run.algorithm
     w, bn = algo.global_model()
     counts, labels, K = run.data.counts, run.data.y.cpu().numpy(), algo.K
     groups = [expert_groups(counts[k], 3) for k in range(K)]
     sizes = [[len(g) for g in gs] for gs in groups]
     short = [k for k in range(K) if sizes[k][2] == 0 and sizes[k][1] > 0]
-    assert short and any(s[2] > 0 for s in sizes), sizes     # both kinds of client are in this federation
+    assert short and any(s[2] > 0 for s in sizes), sizes  # both kinds of client are in this federation
     cls, head_layers = set(run.fm.names("classifier")), set(run.fm.names("head"))
-    assert head_layers - cls                                  # non-tail experts train more than the classifier
+    assert head_layers - cls  # non-tail experts train more than the classifier
     wname = "head.2.weight"
     for k in range(K):
         tail = max(m for m in range(3) if sizes[k][m])
@@ -246,18 +313,24 @@ def test_tail_expert_is_the_last_nonempty_group_and_empty_experts_take_no_part(t
             P = algo.components[m + 1][0]
             changed = {n for n in run.fm.param_names if not torch.equal(P[n][k], w[n])}
             if sizes[k][m] == 0:
-                assert not changed, (k, m)                                     # never trained
-                assert torch.count_nonzero(algo.mix[k, m + 1]) == 0, (k, m)      # no part in Eq. 6
-                assert np.isnan(algo.component_class_acc[k, m + 1]).all()     # no part in the accuracies
+                assert not changed, (k, m)  # never trained
+                assert torch.count_nonzero(algo.mix[k, m + 1]) == 0, (k, m)  # no part in Eq. 6
+                assert np.isnan(algo.component_class_acc[k, m + 1]).all()  # no part in the accuracies
             elif m == tail:
                 assert changed == cls, (k, m)
                 tr = run.data.train_idx[k]
                 idx = tr[np.isin(labels[tr], groups[k][m])]
                 _, inv, cnt = np.unique(labels[idx], return_inverse=True, return_counts=True)
-                spec = LocalSpec(f"ecl_expert{m + 1}", trainable=sorted(cls), epochs=2, batch_size=8,
-                                 opt=algo.opt.replace(lr=0.01))
-                ref = algo.local_train(1, torch.tensor([k]), (broadcast(w, 1), broadcast(bn, 1)), spec,
-                                       LocalInputs(indices=[idx], sample_weights=[1.0 / cnt[inv]]))
+                spec = LocalSpec(
+                    f"ecl_expert{m + 1}", trainable=sorted(cls), epochs=2, batch_size=8, opt=algo.opt.replace(lr=0.01)
+                )
+                ref = algo.local_train(
+                    1,
+                    torch.tensor([k]),
+                    (broadcast(w, 1), broadcast(bn, 1)),
+                    spec,
+                    LocalInputs(indices=[idx], sample_weights=[1.0 / cnt[inv]]),
+                )
                 assert all(torch.allclose(P[n][k], ref.params[n][0], atol=1e-12) for n in cls), (k, m)
             else:
                 assert changed == head_layers, (k, m)
@@ -269,7 +342,7 @@ def test_tail_expert_is_the_last_nonempty_group_and_empty_experts_take_no_part(t
     logged = next(h for h in metrics if "ecl/scale_expert3" in h)
     assert logged["ecl/scale_expert3"] == pytest.approx(float(ratio3[has3].mean()))
     assert logged["ecl/classes_expert3"] == pytest.approx(np.mean([sizes[k][2] for k in has3]))
-    published = np.load(tmp_path / "diagnostics" / "ecl_logit_scale" / "round_00001.npy")     # [K, M], 0 = no expert
+    published = np.load(tmp_path / "diagnostics" / "ecl_logit_scale" / "round_00001.npy")  # [K, M], 0 = no expert
     assert np.allclose(published[:, 2], np.where([s[2] > 0 for s in sizes], ratio3.numpy(), 0.0))
 
 
@@ -287,9 +360,19 @@ def test_phase_two_freezes_batchnorm_in_eval_mode(tmp_path, frozen_bn):
     eval mode: one full-batch SGD step of the calibrated classifier (momentum 0, wd 0) equals the hand-computed
     BSCE step on the phase-I model's eval-mode features, and no frozen BN statistic moves; ``local`` (FedAFA's
     code) runs them in train mode: the step is on the batch's train-mode features."""
-    run, _ = _run(tmp_path, *TINY_RESNET, "algorithm=ecl", "rounds=1", "algorithm.phase2_epochs=1",
-                  "algorithm.phase2_batch_size=4096", "algorithm.phase2_augment=false", "optim.momentum=0",
-                  "optim.weight_decay=0", "hardware.precision=fp64", f"algorithm.frozen_bn={frozen_bn}")
+    run, _ = _run(
+        tmp_path,
+        *TINY_RESNET,
+        "algorithm=ecl",
+        "rounds=1",
+        "algorithm.phase2_epochs=1",
+        "algorithm.phase2_batch_size=4096",
+        "algorithm.phase2_augment=false",
+        "optim.momentum=0",
+        "optim.weight_decay=0",
+        "hardware.precision=fp64",
+        f"algorithm.frozen_bn={frozen_bn}",
+    )
     algo: ECL = run.algorithm
     w, bn = algo.global_model()
     wname, bname = classifier_names(run.fm)
@@ -300,7 +383,7 @@ def test_phase_two_freezes_batchnorm_in_eval_mode(tmp_path, frozen_bn):
         if frozen_bn == "global":
             h = _eval_features(run, w, bn, x)
         else:
-            h = run.fm.features(w, bn, x)        # train mode: the batch's own statistics
+            h = run.fm.features(w, bn, x)  # train mode: the batch's own statistics
         W, b = w[wname].clone().requires_grad_(True), w[bname].clone().requires_grad_(True)
         counts = torch.as_tensor(run.data.counts[k], dtype=h.dtype)
         prior = torch.where(counts > 0, counts.clamp(min=1).log(), torch.full_like(counts, -13.815510557964274))
@@ -314,15 +397,17 @@ def test_phase_two_freezes_batchnorm_in_eval_mode(tmp_path, frozen_bn):
         return {n for n in bn if not torch.equal(B[n], bn[n].expand_as(B[n]))}
 
     if frozen_bn == "global":
-        assert moved(calibrated[1]) == set() and moved(tail_expert[1]) == set()   # classifier-only models: no BN moves
-        assert moved(head_expert[1]) and all(n.startswith(block) for n in moved(head_expert[1]))   # only the trained block's
+        assert moved(calibrated[1]) == set() and moved(tail_expert[1]) == set()  # classifier-only models: no BN moves
+        assert moved(head_expert[1]) and all(
+            n.startswith(block) for n in moved(head_expert[1])
+        )  # only the trained block's
     else:
-        assert any(not n.startswith(block) for n in moved(calibrated[1]))          # train mode: frozen statistics follow D_k
+        assert any(not n.startswith(block) for n in moved(calibrated[1]))  # train mode: frozen statistics follow D_k
 
 
 def test_ecl_mix_lambda_and_ditto_lam_are_separate_keys(tmp_path):
     """Issue 16.10: ECL's λ (Eq. 6) is ``algorithm.mix_lambda``, Ditto's proximal λ is ``algorithm.lam``; in the Table 1
-    sweeps Ditto runs at the spec's λ = 0.1 while ECL keeps λ = 1/2, and setting one key leaves the other alone."""
+    sweeps Ditto runs at our λ = 0.1 while ECL keeps λ = 1/2, and setting one key leaves the other alone."""
     for table in ("ecl/table1", "ecl/table1_cifar100"):
         ditto = make_cfg(f"+experiment={table}", "partition.imbalance_factor=10", "algorithm=ditto")
         ecl = make_cfg(f"+experiment={table}", "partition.imbalance_factor=10", "algorithm=ecl")

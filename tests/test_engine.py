@@ -1,4 +1,5 @@
 """Executors, optimizer and aggregation math."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -17,8 +18,13 @@ from fedbench.models import build_model
 
 def _tiny(dtype):
     torch.manual_seed(0)
-    net = build_model(OmegaConf.create({"name": "cnn", "channels": [4, 8], "kernel_size": 3, "padding": 1, "hidden": [16],
-                                        "batch_norm": True}), (1, 8, 8), 10).to(dtype)
+    net = build_model(
+        OmegaConf.create(
+            {"name": "cnn", "channels": [4, 8], "kernel_size": 3, "padding": 1, "hidden": [16], "batch_norm": True}
+        ),
+        (1, 8, 8),
+        10,
+    ).to(dtype)
     return FModel(net)
 
 
@@ -32,8 +38,10 @@ def test_sequential_equals_vectorized_local_training(dtype, tol):
     idx = [np.arange(0, 50), np.arange(50, 130), np.arange(130, 300)]
     sched = make_schedule(idx, [0, 1, 2], 32, 0, "t", 1, epochs=2)
     spec = optim.OptimSpec(lr=0.05, momentum=0.9, weight_decay=1e-4, clip_grad_norm=1.0)
-    out = [E.train(LocalJob(fm, broadcast(p, 3), broadcast(b, 3), fm.param_names, sched, X, Y, spec))
-           for E in (SequentialExecutor(), VectorizedExecutor())]
+    out = [
+        E.train(LocalJob(fm, broadcast(p, 3), broadcast(b, 3), fm.param_names, sched, X, Y, spec))
+        for E in (SequentialExecutor(), VectorizedExecutor())
+    ]
     for k in p:
         assert torch.allclose(out[0].params[k], out[1].params[k], atol=tol, rtol=0), k
     for k in b:
@@ -47,7 +55,9 @@ def test_fedavg_rounds_identical_across_executors(tmp_path, model):
     """Whole FedAvg rounds (sampling, training, aggregation, evaluation) match across executors."""
     res = {}
     for ex in ("sequential", "vectorized"):
-        cfg = make_cfg(f"model={model}", f"hardware.executor={ex}", "rounds=3", "participation=0.6", "hardware.precision=fp64")
+        cfg = make_cfg(
+            f"model={model}", f"hardware.executor={ex}", "rounds=3", "participation=0.6", "hardware.precision=fp64"
+        )
         res[ex] = run_cfg(cfg, tmp_path / ex)
     a, b = res["sequential"]["metrics"], res["vectorized"]["metrics"]
     for k in a:
@@ -74,7 +84,7 @@ def test_adam_matches_torch():
     ref = w.clone().requires_grad_()
     opt = torch.optim.Adam([ref], lr=0.01, weight_decay=0.1)
     spec = optim.OptimSpec(name="adam", lr=0.01, weight_decay=0.1)
-    mine = w.clone().unsqueeze(0).repeat(2, 1, 1)       # two stacked clients, identical
+    mine = w.clone().unsqueeze(0).repeat(2, 1, 1)  # two stacked clients, identical
     st = optim.init_state(spec, {"w": mine}, ["w"], lead=(2,))
     for g in grads:
         ref.grad = g.clone()
@@ -115,7 +125,7 @@ def test_schedule_is_deterministic_and_covers_each_epoch():
     assert all(torch.equal(x, y) for x, y in zip(a[0], b[0]))
     first_epoch = torch.cat(a[0][:5]).sort().values
     assert torch.equal(first_epoch, torch.arange(10, 47))
-    c = make_schedule(idx, [3], 8, 0, "train", 6, epochs=2)   # another round: another order
+    c = make_schedule(idx, [3], 8, 0, "train", 6, epochs=2)  # another round: another order
     assert not all(torch.equal(x, y) for x, y in zip(a[0], c[0]))
 
 
@@ -130,17 +140,36 @@ def test_augmentation_is_identical_across_executors_and_is_a_crop_flip(tmp_path)
     sched = make_schedule(idx, [0, 1], 16, 0, "t", 1, epochs=1)
     spec = optim.OptimSpec(lr=0.05)
     aug = RandomCropFlip(2, True, fill=[-1.0])
-    out = [E.train(LocalJob(fm, broadcast(p, 2), broadcast(b, 2), fm.param_names, sched, X, Y, spec, augment=aug,
-                            aug_key=(0, "augment", "train", 1), client_ids=[3, 7]))
-           for E in (SequentialExecutor(), VectorizedExecutor())]
+    out = [
+        E.train(
+            LocalJob(
+                fm,
+                broadcast(p, 2),
+                broadcast(b, 2),
+                fm.param_names,
+                sched,
+                X,
+                Y,
+                spec,
+                augment=aug,
+                aug_key=(0, "augment", "train", 1),
+                client_ids=[3, 7],
+            )
+        )
+        for E in (SequentialExecutor(), VectorizedExecutor())
+    ]
     for k in p:
         assert torch.allclose(out[0].params[k], out[1].params[k], atol=1e-12), k
-    plain = SequentialExecutor().train(LocalJob(fm, broadcast(p, 2), broadcast(b, 2), fm.param_names, sched, X, Y, spec))
-    assert not torch.allclose(plain.params["head.0.weight"], out[0].params["head.0.weight"])  # augmentation changed training
+    plain = SequentialExecutor().train(
+        LocalJob(fm, broadcast(p, 2), broadcast(b, 2), fm.param_names, sched, X, Y, spec)
+    )
+    assert not torch.allclose(
+        plain.params["head.0.weight"], out[0].params["head.0.weight"]
+    )  # augmentation changed training
     # every augmented image is a (possibly flipped) 8x8 window of the padded image, padded with `fill`
     x = X[:3]
     y = aug(x, torch.Generator().manual_seed(1))
     padded = torch.nn.functional.pad(x, (2, 2, 2, 2), value=-1.0)
     for i in range(3):
-        windows = [padded[i, :, a:a + 8, c:c + 8] for a in range(5) for c in range(5)]
+        windows = [padded[i, :, a : a + 8, c : c + 8] for a in range(5) for c in range(5)]
         assert any(torch.equal(y[i], w) or torch.equal(y[i], w.flip(-1)) for w in windows)

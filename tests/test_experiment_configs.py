@@ -1,5 +1,6 @@
 """Every paper experiment config run WITHOUT -m is a real cell of its table: the dataset and model of the sweep's first
 cell, and a value of every swept key that the sweep itself contains (no silent fallback to the defaults)."""
+
 from __future__ import annotations
 
 import pytest
@@ -12,7 +13,9 @@ from omegaconf import OmegaConf
 from fedbench.cli import table_note
 
 # conf/experiment/<paper>/<name>.yaml; deeper folders (setting/, ...) hold the pieces those configs include
-EXPERIMENTS = sorted(str(p.relative_to(CONF / "experiment").with_suffix("")) for p in (CONF / "experiment").glob("*/*.yaml"))
+EXPERIMENTS = sorted(
+    str(p.relative_to(CONF / "experiment").with_suffix("")) for p in (CONF / "experiment").glob("*/*.yaml")
+)
 
 
 @pytest.fixture(scope="module")
@@ -26,8 +29,13 @@ def composer():
 def _sweep(cfg) -> list[tuple[str, list[str]]]:
     params = OmegaConf.select(cfg, "hydra.sweeper.params") or {}
     parsed = OverridesParser.create().parse_overrides([f"{k}={v}" for k, v in params.items()])
-    return [(o.input_line.split("=", 1)[0], [str(v) for v in o.sweep_string_iterator()] if o.is_sweep_override()
-             else [o.input_line.split("=", 1)[1]]) for o in parsed]
+    return [
+        (
+            o.input_line.split("=", 1)[0],
+            [str(v) for v in o.sweep_string_iterator()] if o.is_sweep_override() else [o.input_line.split("=", 1)[1]],
+        )
+        for o in parsed
+    ]
 
 
 def test_every_paper_experiment_is_checked():
@@ -44,14 +52,18 @@ def test_an_experiment_without_m_runs_its_first_cells_dataset_and_model(composer
     assert OmegaConf.to_container(plain.dataset) == OmegaConf.to_container(first.dataset), exp
     choices = plain.hydra.runtime.choices
     for key, vals in sweep:
-        if key.startswith("+"):    # an appended config (e.g. FedReMa Table 1's dataset columns): compare what it sets
+        if key.startswith("+"):  # an appended config (e.g. FedReMa Table 1's dataset columns): compare what it sets
             continue
         value = choices[key] if key in choices else str(OmegaConf.select(plain, key))
         assert value in vals, f"{exp}: without -m, {key}={value} is not one of the table's values {vals}"
 
 
 def test_table1_columns_still_compose_each_dataset_with_its_model(composer):
-    for setting, model, mu, channels in (("mnist", "cnn", 1, 1), ("fashionmnist", "cnn", 1, 1), ("cifar10", "alexnet", 5, 3)):
+    for setting, model, mu, channels in (
+        ("mnist", "cnn", 1, 1),
+        ("fashionmnist", "cnn", 1, 1),
+        ("cifar10", "alexnet", 5, 3),
+    ):
         cfg = composer("+experiment=fedrema/table1", f"+experiment/fedrema/setting@_global_={setting}")
         assert (cfg.dataset.name, cfg.hydra.runtime.choices.model) == (setting, model)
         assert cfg.rema_moon_mu == mu and len(cfg.dataset.normalize.mean) == channels
@@ -62,4 +74,4 @@ def test_a_table_run_without_m_says_what_it_runs():
     assert note is not None and "-m" in note and "fedrema/table1" in note and "\n" not in note
     assert table_note(["-m", "+experiment=fedrema/table1"]) is None
     assert table_note(["algorithm=fedavg"]) is None
-    assert table_note(["+experiment=fedrema/figure3"]) is None          # a single run, not a sweep
+    assert table_note(["+experiment=fedrema/figure3"]) is None  # a single run, not a sweep

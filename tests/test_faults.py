@@ -2,6 +2,7 @@
 real files, the real wandb library offline) and the test checks what the user sees and what the run dir holds.
 Faults that need no second process and no signal (a torn file, a full disk, a refused re-run, divergence) go through
 the real ``fedbench`` entry point in the test's own process: the same code, without a Python + torch start each."""
+
 from __future__ import annotations
 
 import contextlib
@@ -27,7 +28,7 @@ FAST = ["rounds=3", "clients=4", "local_epochs=1", "logger=none", "hardware.thre
 # ~0.2-1 s per round on digits: a run that is still going when the test acts on it
 SLOW = ["rounds=60", "clients=6", "local_epochs=25", "logger=none", "hardware.threads=1", "checkpoint.every=0"]
 FAKE_KEY = "fakekey0123456789abcdef0123456789abcdef01"
-NO_WANDB_SERVER = {"WANDB_API_KEY": FAKE_KEY, "WANDB_BASE_URL": "http://127.0.0.1:9"}   # nothing listens there
+NO_WANDB_SERVER = {"WANDB_API_KEY": FAKE_KEY, "WANDB_BASE_URL": "http://127.0.0.1:9"}  # nothing listens there
 
 
 def env(tmp_path, **extra) -> dict:
@@ -37,8 +38,15 @@ def env(tmp_path, **extra) -> dict:
 
 
 def fedbench(*args, tmp_path, env_extra=None, check=True, timeout=600, **kw) -> subprocess.CompletedProcess:
-    p = subprocess.run([sys.executable, "-m", "fedbench.cli", *args], cwd=tmp_path, env=env(tmp_path, **(env_extra or {})),
-                       capture_output=True, text=True, timeout=timeout, **kw)
+    p = subprocess.run(
+        [sys.executable, "-m", "fedbench.cli", *args],
+        cwd=tmp_path,
+        env=env(tmp_path, **(env_extra or {})),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        **kw,
+    )
     if check:
         assert p.returncode == 0, p.stderr[-3000:]
     return p
@@ -78,8 +86,14 @@ def fedbench_here(*args, tmp_path, fsize: int | None = None) -> tuple[int, str]:
 
 
 def start(*args, tmp_path, env_extra=None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "fedbench.cli", *args], cwd=tmp_path,
-                            env=env(tmp_path, **(env_extra or {})), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "fedbench.cli", *args],
+        cwd=tmp_path,
+        env=env(tmp_path, **(env_extra or {})),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def wait_for(cond, proc, timeout=600, poll=0.02):
@@ -96,13 +110,13 @@ def status(run_dir: Path) -> dict:
 
 def rows(run_dir: Path) -> list[dict]:
     f = run_dir / "metrics.jsonl"
-    return [json.loads(ln) for ln in f.read_text().splitlines()] if f.exists() else []   # every line must parse
+    return [json.loads(ln) for ln in f.read_text().splitlines()] if f.exists() else []  # every line must parse
 
 
 def evaluated_rounds(run_dir: Path) -> list[int]:
     try:
         return [r["round"] for r in rows(run_dir) if "pers/acc" in r]
-    except ValueError:   # a line being written right now
+    except ValueError:  # a line being written right now
         return []
 
 
@@ -114,8 +128,11 @@ def one_line(stderr: str) -> str:
 
 
 def snapshot(d: Path) -> dict:
-    return {str(p.relative_to(d)): (p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())
-            for p in sorted(d.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(d)): (p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())
+        for p in sorted(d.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -140,8 +157,8 @@ def test_a_second_run_in_a_busy_run_dir_stops_at_once_naming_the_holder(tmp_path
     run_dir = tmp_path / "run"
     first = start(*SLOW, f"hydra.run.dir={run_dir}", tmp_path=tmp_path)
     try:
-        wait_for(lambda: len(evaluated_rounds(run_dir)) >= 3, first)   # the first run is training
-        running = status(run_dir)   # minor item: the status is current while the run goes
+        wait_for(lambda: len(evaluated_rounds(run_dir)) >= 3, first)  # the first run is training
+        running = status(run_dir)  # minor item: the status is current while the run goes
         assert running["status"] == "running" and running["round"] >= 1 and running["eta_s"] > 0 and running["eta"]
         second = fedbench(*SLOW, f"hydra.run.dir={run_dir}", tmp_path=tmp_path, check=False, timeout=300)
         assert first.poll() is None
@@ -153,16 +170,23 @@ def test_a_second_run_in_a_busy_run_dir_stops_at_once_naming_the_holder(tmp_path
     assert str(run_dir) in line and f"pid {first.pid}" in line and socket.gethostname() in line
     assert first.returncode == 128 + signal.SIGTERM and status(run_dir)["status"] == "preempted"
     r = evaluated_rounds(run_dir)
-    assert r == list(range(len(r)))   # one writer: every round once, in order
+    assert r == list(range(len(r)))  # one writer: every round once, in order
 
 
 # ---- 2. the status is true whatever fails ----------------------------------------------------------------
 def test_a_signal_before_the_first_round_marks_the_run_preempted(tmp_path):
     run_dir = tmp_path / "run"
-    args = ["rounds=2", "clients=4", "local_epochs=1", "logger=offline", "logger.console=false", "hardware.threads=1",
-            f"hydra.run.dir={run_dir}"]
+    args = [
+        "rounds=2",
+        "clients=4",
+        "local_epochs=1",
+        "logger=offline",
+        "logger.console=false",
+        "hardware.threads=1",
+        f"hydra.run.dir={run_dir}",
+    ]
     proc = start(*args, tmp_path=tmp_path)
-    wait_for(lambda: (run_dir / "status.json").exists(), proc, poll=0.002)   # setup / plot / W&B init under way
+    wait_for(lambda: (run_dir / "status.json").exists(), proc, poll=0.002)  # setup / plot / W&B init under way
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
@@ -171,7 +195,7 @@ def test_a_signal_before_the_first_round_marks_the_run_preempted(tmp_path):
 
 def test_a_failure_outside_the_rounds_marks_the_run_failed_with_one_line(tmp_path):
     run_dir = tmp_path / "run"
-    (run_dir / "partition.png").mkdir(parents=True)   # the partition picture cannot be written
+    (run_dir / "partition.png").mkdir(parents=True)  # the partition picture cannot be written
     code, err = fedbench_here(*FAST, f"hydra.run.dir={run_dir}", tmp_path=tmp_path)
     assert code == 1
     line = one_line(err)
@@ -196,7 +220,7 @@ def test_a_signal_whose_exception_library_code_swallowed_still_stops_the_run(tmp
     def round_then_swallow(t):
         one_round(t)
         if t == 1:
-            try:   # what such library code does when the signal lands in it
+            try:  # what such library code does when the signal lands in it
                 os.kill(os.getpid(), signal.SIGINT)
                 time.sleep(5)
             except BaseException:
@@ -213,13 +237,19 @@ def test_a_signal_whose_exception_library_code_swallowed_still_stops_the_run(tmp
 # ---- 3. W&B respects the environment, and its failures never fail or hang a run ---------------------------
 def test_wandb_auto_honours_WANDB_MODE_and_a_wandb_crash_mid_run_does_not_stop_the_run(tmp_path):
     run_dir = tmp_path / "run"
-    args = ["rounds=5", "clients=4", "local_epochs=15", "logger.console=false", "hardware.threads=1",
-            f"hydra.run.dir={run_dir}"]   # logger.wandb.mode=auto with an API key set, but WANDB_MODE=offline
+    args = [
+        "rounds=5",
+        "clients=4",
+        "local_epochs=15",
+        "logger.console=false",
+        "hardware.threads=1",
+        f"hydra.run.dir={run_dir}",
+    ]  # logger.wandb.mode=auto with an API key set, but WANDB_MODE=offline
     proc = start(*args, tmp_path=tmp_path, env_extra=NO_WANDB_SERVER)
     wait_for(lambda: len(evaluated_rounds(run_dir)) >= 2, proc, timeout=120)
     service = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
     assert service, "no W&B service process"
-    for pid in service:   # the W&B service dies mid-run
+    for pid in service:  # the W&B service dies mid-run
         os.kill(int(pid), signal.SIGKILL)
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-3000:]
@@ -228,11 +258,18 @@ def test_wandb_auto_honours_WANDB_MODE_and_a_wandb_crash_mid_run_does_not_stop_t
     st = status(run_dir)
     assert st["status"] == "complete" and st["wandb"].startswith("failed")
     assert evaluated_rounds(run_dir) == list(range(6))
-    assert list(run_dir.glob("wandb/offline-run-*"))   # it ran offline (no online attempt) until the crash
+    assert list(run_dir.glob("wandb/offline-run-*"))  # it ran offline (no online attempt) until the crash
 
 
-@pytest.mark.parametrize("given,mode", [({"WANDB_DISABLED": "true"}, "disabled"), ({"WANDB_MODE": "disabled"}, "disabled"),
-                                         ({"WANDB_MODE": "offline"}, "offline"), ({}, "online")])
+@pytest.mark.parametrize(
+    "given,mode",
+    [
+        ({"WANDB_DISABLED": "true"}, "disabled"),
+        ({"WANDB_MODE": "disabled"}, "disabled"),
+        ({"WANDB_MODE": "offline"}, "offline"),
+        ({}, "online"),
+    ],
+)
 def test_wandb_auto_follows_WANDB_DISABLED_and_WANDB_MODE_over_an_api_key(monkeypatch, given, mode):
     from fedbench.loggers import wandb_mode
 
@@ -247,8 +284,15 @@ def test_wandb_auto_follows_WANDB_DISABLED_and_WANDB_MODE_over_an_api_key(monkey
 def test_wandb_unreachable_at_init_warns_once_and_the_run_goes_on(tmp_path):
     run_dir = tmp_path / "run"
     t0 = time.time()
-    p = fedbench(*FAST, "logger.wandb.mode=online", f"hydra.run.dir={run_dir}", tmp_path=tmp_path, check=False,
-                 env_extra={**NO_WANDB_SERVER, "WANDB_INIT_TIMEOUT": "3"}, timeout=120)
+    p = fedbench(
+        *FAST,
+        "logger.wandb.mode=online",
+        f"hydra.run.dir={run_dir}",
+        tmp_path=tmp_path,
+        check=False,
+        env_extra={**NO_WANDB_SERVER, "WANDB_INIT_TIMEOUT": "3"},
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     assert time.time() - t0 < 100
     line = one_line(p.stderr)
@@ -263,26 +307,34 @@ def test_resume_after_a_torn_metrics_line_and_a_corrupt_status(tmp_path, done_ru
     args, _, summary = done_run
     run_dir = copy_of(done_run, tmp_path)
     (run_dir / "summary.json").unlink()
-    (run_dir / "checkpoints" / "round_000002.pt").unlink()      # crashed in round 3 ... after checkpoint 1
+    (run_dir / "checkpoints" / "round_000002.pt").unlink()  # crashed in round 3 ... after checkpoint 1
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     kept = [ln for ln in lines if json.loads(ln)["round"] <= 2]
     torn = '{"round": 3, "pers/acc": 0.4'
     (run_dir / "metrics.jsonl").write_text("\n".join(kept) + "\n" + torn)  # ... while writing round 3's line
-    (run_dir / "status.json").write_text('{"status": "running", "rou')   # and while rewriting its status
+    (run_dir / "status.json").write_text('{"status": "running", "rou')  # and while rewriting its status
     code, err = fedbench_here(*args, f"hydra.run.dir={run_dir}", tmp_path=tmp_path)
     assert code == 0 and "resuming" in err and "after round 1" in err, err[-3000:]
     assert json.loads((run_dir / "summary.json").read_text())["metrics"] == summary["metrics"]
     assert evaluated_rounds(run_dir) == [0, 1, 2, 3]
     assert status(run_dir)["status"] == "complete"
     copies = [f for f in run_dir.iterdir() if f.name.startswith("metrics.jsonl.")]
-    assert len(copies) == 1 and copies[0].read_text().endswith(torn)   # the torn file is kept
+    assert len(copies) == 1 and copies[0].read_text().endswith(torn)  # the torn file is kept
 
 
 # ---- 5. no duplicate rounds ------------------------------------------------------------------------------
 def test_kill_9_before_the_first_checkpoint_then_rerun_logs_every_round_once(tmp_path):
     run_dir = tmp_path / "run"
-    args = ["rounds=4", "clients=4", "local_epochs=20", "checkpoint.every=0", "logger=offline", "logger.console=false",
-            "hardware.threads=1", f"hydra.run.dir={run_dir}"]
+    args = [
+        "rounds=4",
+        "clients=4",
+        "local_epochs=20",
+        "checkpoint.every=0",
+        "logger=offline",
+        "logger.console=false",
+        "hardware.threads=1",
+        f"hydra.run.dir={run_dir}",
+    ]
     proc = start(*args, tmp_path=tmp_path)
     wait_for(lambda: len(evaluated_rounds(run_dir)) >= 2, proc)
     proc.kill()
@@ -292,17 +344,17 @@ def test_kill_9_before_the_first_checkpoint_then_rerun_logs_every_round_once(tmp
     assert evaluated_rounds(run_dir) == [0, 1, 2, 3, 4]
     assert [r["round"] for r in rows(run_dir) if "image/partition" in r] == [0]
     wb = read_run(run_dir)
-    assert len(wb["ids"]) == 1                                    # one W&B run, resumed
+    assert len(wb["ids"]) == 1  # one W&B run, resumed
     assert {h["_step"] for h in wb["history"] if "pers/acc" in h} == {0, 1, 2, 3, 4}
-    assert "stale lock" in p.stderr and f"pid {proc.pid}" in p.stderr   # the dead run's lock was taken over
+    assert "stale lock" in p.stderr and f"pid {proc.pid}" in p.stderr  # the dead run's lock was taken over
 
 
 # ---- 6. disk full ----------------------------------------------------------------------------------------
 def test_a_full_disk_fails_with_one_line_and_keeps_the_last_good_checkpoint(tmp_path, done_run):
     args, done_dir, summary = done_run
     s1, s2 = ((done_dir / "checkpoints" / f"round_00000{t}.pt").stat().st_size for t in (1, 2))
-    assert s2 > s1   # round 2's checkpoint holds one more round of history
-    limit = (s1 + s2) // 2   # a file may grow to this many bytes: checkpoint 1 fits, checkpoint 2 does not
+    assert s2 > s1  # round 2's checkpoint holds one more round of history
+    limit = (s1 + s2) // 2  # a file may grow to this many bytes: checkpoint 1 fits, checkpoint 2 does not
 
     run_dir = tmp_path / "run"
     full = [*args, "checkpoint.keep=1", f"hydra.run.dir={run_dir}"]
@@ -310,11 +362,11 @@ def test_a_full_disk_fails_with_one_line_and_keeps_the_last_good_checkpoint(tmp_
     assert code == 1
     line = one_line(err)
     assert str(run_dir / "checkpoints") in line and "File too large" in line
-    assert not [f for f in run_dir.rglob("*") if "tmp" in f.name]           # no stray temporary files
-    assert ckpt.load_latest(run_dir, "cpu")["round"] == 1                   # the last good checkpoint is intact
+    assert not [f for f in run_dir.rglob("*") if "tmp" in f.name]  # no stray temporary files
+    assert ckpt.load_latest(run_dir, "cpu")["round"] == 1  # the last good checkpoint is intact
     assert evaluated_rounds(run_dir) == [0, 1, 2]
     assert status(run_dir)["status"] == "failed" and "File too large" in status(run_dir)["error"]
-    code, err = fedbench_here(*full, tmp_path=tmp_path)                     # space freed: the same command resumes
+    code, err = fedbench_here(*full, tmp_path=tmp_path)  # space freed: the same command resumes
     assert code == 0 and "after round 1" in err, err[-3000:]
     assert json.loads((run_dir / "summary.json").read_text())["metrics"] == summary["metrics"]
 
@@ -322,7 +374,7 @@ def test_a_full_disk_fails_with_one_line_and_keeps_the_last_good_checkpoint(tmp_
 def test_a_picture_the_full_disk_cuts_is_named_with_its_path_and_removed(tmp_path):
     """matplotlib's own writes (partition.png, before the first round) fail without naming their file."""
     run_dir = tmp_path / "run"
-    code, err = fedbench_here(*FAST, f"hydra.run.dir={run_dir}", tmp_path=tmp_path, fsize=10_000)   # .hydra/*.yaml fit
+    code, err = fedbench_here(*FAST, f"hydra.run.dir={run_dir}", tmp_path=tmp_path, fsize=10_000)  # .hydra/*.yaml fit
     assert code == 1
     line = one_line(err)
     assert str(run_dir / "partition.png") in line and "File too large" in line
@@ -335,7 +387,7 @@ def test_a_picture_the_full_disk_cuts_is_named_with_its_path_and_removed(tmp_pat
 def test_re_running_a_complete_run_changes_nothing_in_its_dir(tmp_path, done_run):
     args = done_run[0]
     run_dir = copy_of(done_run, tmp_path)
-    before = snapshot(run_dir)   # (a skipped re-run: tests/test_resume.py)
+    before = snapshot(run_dir)  # (a skipped re-run: tests/test_resume.py)
     code, err = fedbench_here(*args, "lr=0.2", f"hydra.run.dir={run_dir}", tmp_path=tmp_path)
     assert code == 2 and "different config" in one_line(err) and "resume=True" in err
     assert snapshot(run_dir) == before
@@ -366,18 +418,20 @@ def test_the_divergence_guard_stops_above_factor_times_the_first_rounds_mean_los
     from fedbench.run import Run
 
     run = Run(make_cfg("divergence.factor=2"), tmp_path)
-    run.data = SimpleNamespace(num_classes=10)   # the uniform guess's loss ln 10 = 2.303: threshold 4.605 in round 1
+    run.data = SimpleNamespace(num_classes=10)  # the uniform guess's loss ln 10 = 2.303: threshold 4.605 in round 1
     res = lambda *loss, w=(0.0, 0.0): SimpleNamespace(loss=torch.tensor(loss), params={"w": torch.tensor(w)[:, None]})  # noqa: E731
-    with pytest.raises(Diverged, match=r"round 1: training loss 4.7 above divergence.factor=2 x the reference 2.3 on client\(s\) \[7\]"):
+    with pytest.raises(
+        Diverged, match=r"round 1: training loss 4.7 above divergence.factor=2 x the reference 2.3 on client\(s\) \[7\]"
+    ):
         run.check_finite(1, [3, 7], res(1.0, 4.7))
-    run.check_finite(1, [3, 7], res(1.0, 4.0))   # passes; the reference becomes the mean 2.5 (> 2.303)
+    run.check_finite(1, [3, 7], res(1.0, 4.0))  # passes; the reference becomes the mean 2.5 (> 2.303)
     assert run.loss_reference == pytest.approx(2.5)
-    run.check_finite(2, [3, 7], res(4.9, 1.0))   # < 2 x 2.5 (but > 2 x 2.303)
+    run.check_finite(2, [3, 7], res(4.9, 1.0))  # < 2 x 2.5 (but > 2 x 2.303)
     with pytest.raises(Diverged, match=r"round 3: .* on client\(s\) \[3\]"):
         run.check_finite(3, [3, 7], res(5.1, 1.0))
     with pytest.raises(Diverged, match=r"non-finite loss or parameters on client\(s\) \[7\]"):
         run.check_finite(4, [3, 7], res(1.0, 1.0, w=(0.0, float("nan"))))
-    run.cfg.divergence.factor = None   # null: only non-finite values stop a run
+    run.cfg.divergence.factor = None  # null: only non-finite values stop a run
     run.check_finite(5, [3, 7], res(1e30, 1.0))
 
 
@@ -385,16 +439,19 @@ def test_the_divergence_guard_stops_above_factor_times_the_first_rounds_mean_los
 @pytest.mark.parametrize("launcher", ["basic", "parallel"])
 def test_a_sweep_goes_on_past_failed_jobs_and_ends_with_one_summary_line(tmp_path, launcher):
     sweep = tmp_path / "sweep"
-    job = lambda lr: f"clients=4,local_epochs=1,lr={lr},rounds=3"   # noqa: E731  (Hydra's job dirs)
-    (sweep / job("0.1") / "partition.png").mkdir(parents=True)   # this job fails writing its picture
+    job = lambda lr: f"clients=4,local_epochs=1,lr={lr},rounds=3"  # noqa: E731  (Hydra's job dirs)
+    (sweep / job("0.1") / "partition.png").mkdir(parents=True)  # this job fails writing its picture
     extra = ["hydra/launcher=parallel", "hydra.launcher.n_jobs=2"] if launcher == "parallel" else []
     p = fedbench("-m", *extra, "lr=0.05,0.1,1e6", *FAST, f"hydra.sweep.dir={sweep}", tmp_path=tmp_path, check=False)
     assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr[-3000:]
     last = [ln for ln in p.stderr.splitlines() if ln.strip()][-1]
     assert last.startswith("fedbench: 2 of 3 runs failed")
     jobs = {d.name: status(d) for d in sweep.iterdir() if d.is_dir()}
-    assert {n: s["status"] for n, s in jobs.items()} == {job("0.05"): "complete", job("0.1"): "failed",
-                                                         job("1000000.0"): "diverged"}
+    assert {n: s["status"] for n, s in jobs.items()} == {
+        job("0.05"): "complete",
+        job("0.1"): "failed",
+        job("1000000.0"): "diverged",
+    }
     for name, s in jobs.items():
         if s["status"] != "complete":
             assert name in last and s["error"]
@@ -413,8 +470,10 @@ def test_a_diagnostic_the_full_disk_cuts_is_named_with_its_path_and_removed(tmp_
     run.setup()
     d = tmp_path / "run" / "diagnostics" / "probe"
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    cases = [(np.arange(8000.0).reshape(80, 100), d / "round_00001.npy"),   # 64 kB of .npy: cut
-             (np.eye(3), d / "round_00002.png")]                            # the .npy fits, its heatmap does not
+    cases = [
+        (np.arange(8000.0).reshape(80, 100), d / "round_00001.npy"),  # 64 kB of .npy: cut
+        (np.eye(3), d / "round_00002.png"),
+    ]  # the .npy fits, its heatmap does not
     for t, (matrix, cut) in enumerate(cases, start=1):
         resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, hard))
         try:
@@ -422,6 +481,6 @@ def test_a_diagnostic_the_full_disk_cuts_is_named_with_its_path_and_removed(tmp_
                 run.algorithm.publish_matrix("probe", t, matrix)
         finally:
             resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
-        assert str(e.value).startswith(f"cannot write {cut}: ")   # (NumPy says "N requested and M written")
+        assert str(e.value).startswith(f"cannot write {cut}: ")  # (NumPy says "N requested and M written")
         assert not cut.exists()
     assert (d / "round_00002.npy").exists()

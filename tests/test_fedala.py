@@ -1,5 +1,6 @@
 """FedALA: the projected weight step of adaptive local aggregation on the top layers only, the start
-phase, and the layer grouping (spec baselines.md; docs/pfl_baselines_b.md)."""
+phase, and the layer grouping (docs/pfl_baselines_b.md)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -22,10 +23,10 @@ def _setup(tmp_path, *overrides) -> Run:
 
 
 def _ala_run(tmp_path, *overrides) -> Run:
-    run = _setup(tmp_path, "batch_size=10000", *overrides)   # one batch = one W step per ALA epoch
+    run = _setup(tmp_path, "batch_size=10000", *overrides)  # one batch = one W step per ALA epoch
     algo = run.algorithm
     g = torch.Generator().manual_seed(1)
-    for k, v in algo.P.items():                                         # client models differ from the global one
+    for k, v in algo.P.items():  # client models differ from the global one
         v += 0.3 * torch.randn(v.shape, generator=g, dtype=v.dtype)
     return run
 
@@ -36,12 +37,15 @@ def test_fedala_weight_step_is_clipped_and_touches_only_the_top_layers(tmp_path)
     eta = 50.0
     run = _ala_run(tmp_path, f"algorithm.eta={eta}")
     algo, data = run.algorithm, run.data
-    assert algo.top == ["head.0.weight", "head.0.bias"]               # p = 1: the last Linear (2 tensors)
+    assert algo.top == ["head.0.weight", "head.0.bias"]  # p = 1: the last Linear (2 tensors)
     algo.started[:] = True
     k = 2
     local, glob = rows(algo.P, torch.tensor([k])), algo.w
-    sample = np.sort(seeding.rng(algo.seed, "ala_sample", 1, k).choice(
-        data.train_idx[k], int(0.8 * len(data.train_idx[k])), replace=False))
+    sample = np.sort(
+        seeding.rng(algo.seed, "ala_sample", 1, k).choice(
+            data.train_idx[k], int(0.8 * len(data.train_idx[k])), replace=False
+        )
+    )
     idx = data.tensor(sample)
     theta = {n: glob[n].clone().requires_grad_(n in algo.top) for n in glob}
     ce = F.cross_entropy(run.fm(theta, algo.bn, data.x[idx]), data.y[idx])
@@ -54,7 +58,7 @@ def test_fedala_weight_step_is_clipped_and_touches_only_the_top_layers(tmp_path)
         assert torch.allclose(algo.W[n][k], W, atol=1e-10), n
         assert torch.allclose(theta_hat[n][0], local[n][0] + delta * W, atol=1e-10), n
         clipped += int(((1 - eta * grads[n] * delta) < 0).sum() + ((1 - eta * grads[n] * delta) > 1).sum())
-    assert clipped > 0                                                  # the projection was really exercised
+    assert clipped > 0  # the projection was really exercised
     for n in glob:
         if n not in algo.top:
             assert torch.equal(theta_hat[n][0], glob[n]), n
@@ -79,5 +83,8 @@ def test_fedala_start_phase_trains_weights_until_losses_settle(tmp_path):
 
 
 def test_param_layers_group_tensors_by_module():
-    assert param_layers(["body.1.weight", "body.1.bias", "body.3.weight", "head.0.weight", "head.0.bias"]) == \
-        [["body.1.weight", "body.1.bias"], ["body.3.weight"], ["head.0.weight", "head.0.bias"]]
+    assert param_layers(["body.1.weight", "body.1.bias", "body.3.weight", "head.0.weight", "head.0.bias"]) == [
+        ["body.1.weight", "body.1.bias"],
+        ["body.3.weight"],
+        ["head.0.weight", "head.0.bias"],
+    ]

@@ -1,5 +1,6 @@
 """FedBN: BatchNorm parameters and statistics are never averaged (they stay with their client), everything
 else is FedAvg; on a net without BN it is FedAvg; executors agree."""
+
 from __future__ import annotations
 
 import pytest
@@ -15,8 +16,11 @@ def test_batchnorm_names_of_tiny_cnn(tmp_path):
     fm = setup_run(tmp_path, "fedbn", "model=tiny_cnn").fm
     params, buffers = batchnorm_names(fm.net)
     assert params == ["body.1.weight", "body.1.bias", "body.5.weight", "body.5.bias", "head.1.weight", "head.1.bias"]
-    assert set(buffers) == {f"{m}.{s}" for m in ("body.1", "body.5", "head.1")
-                            for s in ("running_mean", "running_var", "num_batches_tracked")}
+    assert set(buffers) == {
+        f"{m}.{s}"
+        for m in ("body.1", "body.5", "head.1")
+        for s in ("running_mean", "running_var", "num_batches_tracked")
+    }
     assert batchnorm_names(setup_run(tmp_path / "mlp", "fedbn", "model=mlp").fm.net) == ([], [])
 
 
@@ -30,7 +34,7 @@ def test_bn_entries_stay_local_and_the_rest_is_fedavg(tmp_path):
     for t, clients in ((1, torch.tensor([0, 2, 3])), (2, torch.tensor([1, 2]))):
         before_p = {k: v.clone() for k, v in algo.local_w.items()}
         before_b = {k: v.clone() for k, v in algo.local_bn.items()}
-        ref = algo.local_train(t, clients, algo.client_models(clients, t), algo.train_spec)   # the round's own training
+        ref = algo.local_train(t, clients, algo.client_models(clients, t), algo.train_spec)  # the round's own training
         algo.round(t, clients)
         others = [k for k in range(algo.K) if k not in clients.tolist()]
         for k in bn_p:
@@ -51,8 +55,10 @@ def test_bn_entries_stay_local_and_the_rest_is_fedavg(tmp_path):
 
 
 def test_without_batchnorm_fedbn_is_fedavg(tmp_path):
-    res = {a: run_cfg(make_cfg(f"algorithm={a}", "model=mlp", "hardware.precision=fp64", "rounds=2"), tmp_path / a)
-           for a in ("fedavg", "fedbn")}
+    res = {
+        a: run_cfg(make_cfg(f"algorithm={a}", "model=mlp", "hardware.precision=fp64", "rounds=2"), tmp_path / a)
+        for a in ("fedavg", "fedbn")
+    }
     for k, v in res["fedavg"]["metrics"].items():
         assert res["fedbn"]["metrics"][k]["last"] == pytest.approx(v["last"], abs=1e-12), k
 

@@ -1,5 +1,6 @@
 """FedCOM: channel selection and complementary matching on hand-made gradients, the personal merge,
 executor equivalence, and matching accuracy on the complementary pairs of the embedded digits."""
+
 from __future__ import annotations
 
 import pytest
@@ -17,9 +18,9 @@ PAIRS = ["partition=complementary_pairs", "clients=10"]
 def test_important_channels_are_the_x_smallest_of_the_minority_row():
     """idx_k = top-x smallest of g_k[c_k, :]: only row c_k counts, most negative first."""
     g = torch.zeros(2, 3, 6)
-    g[0, 1] = torch.tensor([0.5, -2.0, 0.1, -0.3, -5.0, 0.0])   # client 0, minority class 1
-    g[0, 2] = -10.0                                              # another class's row: ignored
-    g[1, 2] = torch.tensor([-1.0, 3.0, -4.0, 2.0, 0.0, -0.5])   # client 1, minority class 2
+    g[0, 1] = torch.tensor([0.5, -2.0, 0.1, -0.3, -5.0, 0.0])  # client 0, minority class 1
+    g[0, 2] = -10.0  # another class's row: ignored
+    g[1, 2] = torch.tensor([-1.0, 3.0, -4.0, 2.0, 0.0, -0.5])  # client 1, minority class 2
     idx = important_channels(g, torch.tensor([1, 2]), 3)
     assert idx.tolist() == [[4, 1, 3], [2, 0, 5]]
 
@@ -28,19 +29,19 @@ def test_matching_scores_and_argmin_on_hand_made_gradients():
     """S[k, p] = sum over idx_k of g_p[c_k, :]; k_com = argmin over p != k (self excluded)."""
     # 3 clients, 2 classes, 4 channels. Client 0 (minority class 0) selects channels {0, 1}.
     g = torch.zeros(3, 2, 4)
-    g[0, 0] = torch.tensor([-3.0, -2.0, 1.0, 1.0])   # requester's own row: the smallest sum (-5) overall
+    g[0, 0] = torch.tensor([-3.0, -2.0, 1.0, 1.0])  # requester's own row: the smallest sum (-5) overall
     g[1, 0] = torch.tensor([-1.0, -1.0, -9.0, -9.0])  # strong on channels 2, 3 but those are not selected: -2
-    g[2, 0] = torch.tensor([-2.0, -1.5, 0.0, 0.0])   # -3.5: the complementary peer of client 0
-    g[1, 1] = torch.tensor([0.0, 0.0, -1.0, -2.0])   # client 1 (minority class 1) selects channels {3, 2}
-    g[0, 1] = torch.tensor([5.0, 5.0, -4.0, -4.0])   # -8: client 1's peer
+    g[2, 0] = torch.tensor([-2.0, -1.5, 0.0, 0.0])  # -3.5: the complementary peer of client 0
+    g[1, 1] = torch.tensor([0.0, 0.0, -1.0, -2.0])  # client 1 (minority class 1) selects channels {3, 2}
+    g[0, 1] = torch.tensor([5.0, 5.0, -4.0, -4.0])  # -8: client 1's peer
     g[2, 1] = torch.tensor([0.0, 0.0, -1.0, -1.0])
-    classes = torch.tensor([0, 1, 1])                # client 2 (minority class 1) selects channels {2, 3} too
+    classes = torch.tensor([0, 1, 1])  # client 2 (minority class 1) selects channels {2, 3} too
     idx = important_channels(g, classes, 2)
     assert [sorted(r) for r in idx.tolist()] == [[0, 1], [2, 3], [2, 3]]
     S = matching_scores(g, classes, idx)
     assert S.tolist() == [[-5.0, -2.0, -3.5], [-8.0, -3.0, -2.0], [-8.0, -3.0, -2.0]]
     assert complementary_peers(S, exclude_self=True).tolist() == [2, 0, 0]
-    assert complementary_peers(S, exclude_self=False).tolist() == [0, 0, 0]   # the paper's literal argmin picks self
+    assert complementary_peers(S, exclude_self=False).tolist() == [0, 0, 0]  # the paper's literal argmin picks self
 
 
 def test_matching_scores_equal_the_definition_loop():
@@ -61,15 +62,15 @@ def _matching_round(tmp_path, clients: torch.Tensor, target: torch.Tensor):
     run.setup()
     algo = run.algorithm
     W, m = algo.classifier, len(clients)
-    for k, t in algo.V.items():                       # distinct personal models
+    for k, t in algo.V.items():  # distinct personal models
         t += torch.arange(10, dtype=t.dtype).view(-1, *[1] * (t.dim() - 1))
     C, d = algo.w[W].shape
     minority = algo.minority[clients]
     delta = torch.zeros(m, C, d, dtype=torch.float64)
-    delta[target, minority, :2] = 1.0                 # W_p - W grows on channels 0, 1 of c_k for p = target(k)
-    delta[torch.arange(m), minority, :2] += 0.1       # and a little for the requester itself
+    delta[target, minority, :2] = 1.0  # W_p - W grows on channels 0, 1 of c_k for p = target(k)
+    delta[torch.arange(m), minority, :2] += 0.1  # and a little for the requester itself
     params = {k: v.unsqueeze(0).repeat(m, *[1] * v.dim()) for k, v in algo.w.items()}
-    params[W] = params[W] + delta                     # W_k^t = W^t + delta_k  ->  g_k = -delta_k
+    params[W] = params[W] + delta  # W_k^t = W^t + delta_k  ->  g_k = -delta_k
     v, _, out = algo.personal_start(1, clients, LocalResult(params, {}, {}, torch.zeros(m), torch.ones(m)))
     return run, v, out
 
@@ -91,8 +92,15 @@ def test_sequential_equals_vectorized(tmp_path):
     (a BatchNorm CNN and 6 of 10 clients per round: merged buffers, peers among the round's participants)."""
     algos, summaries = {}, {}
     for ex in ("sequential", "vectorized"):
-        cfg = make_cfg("algorithm=fedcom", *PAIRS, "model=tiny_cnn", "participation=0.6", "rounds=2",
-                       "hardware.precision=fp64", f"hardware.executor={ex}")
+        cfg = make_cfg(
+            "algorithm=fedcom",
+            *PAIRS,
+            "model=tiny_cnn",
+            "participation=0.6",
+            "rounds=2",
+            "hardware.precision=fp64",
+            f"hardware.executor={ex}",
+        )
         run = Run(cfg, tmp_path / ex)
         summaries[ex] = run.execute()
         algos[ex] = run.algorithm
@@ -123,7 +131,7 @@ def test_matching_finds_the_true_complement_on_digits(tmp_path):
 
 def test_config_errors_in_setup(tmp_path):
     with pytest.raises(ConfigError, match="algorithm.top_x"):
-        Run(make_cfg("algorithm=fedcom", *PAIRS, "algorithm.top_x=129"), tmp_path / "x").setup()   # mlp: d = 128
+        Run(make_cfg("algorithm=fedcom", *PAIRS, "algorithm.top_x=129"), tmp_path / "x").setup()  # mlp: d = 128
     with pytest.raises(ConfigError, match="partition"):
         Run(make_cfg("algorithm=fedcom", "partition=dirichlet"), tmp_path / "p").setup()
 
@@ -139,29 +147,35 @@ def test_balanced_test_split_subsamples_the_larger_class_of_the_pair():
     from fedbench.seeding import rng
 
     sizes = [50, 37, 44, 61]
-    labels = np.concatenate([np.random.default_rng(0).permutation(np.repeat(np.arange(4), 100)),
-                             np.random.default_rng(1).permutation(np.repeat(np.arange(4), sizes))])
+    labels = np.concatenate(
+        [
+            np.random.default_rng(0).permutation(np.repeat(np.arange(4), 100)),
+            np.random.default_rng(1).permutation(np.repeat(np.arange(4), sizes)),
+        ]
+    )
     n_train = 400
-    cfg = OmegaConf.merge(OmegaConf.load(REPO / "conf" / "partition" / "complementary_pairs.yaml"), {"noise": False, "seed": 0})
+    cfg = OmegaConf.merge(
+        OmegaConf.load(REPO / "conf" / "partition" / "complementary_pairs.yaml"), {"noise": False, "seed": 0}
+    )
     subsets = []
     for seed in (0, 1):
         p = make_partition(cfg, labels, n_train, 4, 4, rng(seed, "partition"))
         for k in range(4):
             a, b = p.info["majority_class"][k], p.info["minority_class"][k]
             te = p.test[k]
-            assert (te >= n_train).all() and len(np.unique(te)) == len(te)          # official test split, no repeats
+            assert (te >= n_train).all() and len(np.unique(te)) == len(te)  # official test split, no repeats
             m = min(sizes[a], sizes[b])
             assert np.bincount(labels[te], minlength=4).tolist() == [m if c in (a, b) else 0 for c in range(4)]
             small = a if sizes[a] < sizes[b] else b
-            assert set(np.flatnonzero(labels[n_train:] == small) + n_train) <= set(te.tolist())   # smaller class whole
+            assert set(np.flatnonzero(labels[n_train:] == small) + n_train) <= set(te.tolist())  # smaller class whole
         subsets.append(sorted(p.test[0].tolist()))
-    assert subsets[0] != subsets[1]                                                # a random subset of the larger class
+    assert subsets[0] != subsets[1]  # a random subset of the larger class
 
 
 def test_matching_among_a_rounds_participants_names_client_ids(tmp_path):
     """With 4 of 10 clients in the round, the matching runs among them and k_com is a CLIENT ID (not a position in
     the round): hand-made updates make the next participant (cyclically) everyone's complement."""
-    clients, target = torch.tensor([1, 4, 6, 9]), torch.tensor([1, 2, 3, 0])   # target: positions in the round
+    clients, target = torch.tensor([1, 4, 6, 9]), torch.tensor([1, 2, 3, 0])  # target: positions in the round
     run, v, out = _matching_round(tmp_path, clients, target)
     assert out["fedcom/peers"] == [4, 6, 9, 1]
     for k in v:

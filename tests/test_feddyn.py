@@ -1,5 +1,6 @@
 """FedDyn: the local gradient (linear term + dynamic regulariser), the client state and server rule on
 hand-made values, adaptive α, executors agree."""
+
 from __future__ import annotations
 
 import torch
@@ -35,7 +36,7 @@ def test_client_state_and_server_update_by_hand(tmp_path):
     algo.grad_state = {"a": f64(0.1, 0.2, 0.3, 0.4)}
     algo.server_update(torch.tensor([0, 2]), {"a": f64(2.0, 0.0)}, {})
     assert torch.allclose(algo.grad_state["a"], f64(0.1 - 0.5 * 1, 0.2, 0.3 - 0.5 * (-1), 0.4), atol=1e-12)
-    h = 0.2 - 0.5 / 4 * ((2 - 1) + (0 - 1))        # = 0.2 (the two moves cancel)
+    h = 0.2 - 0.5 / 4 * ((2 - 1) + (0 - 1))  # = 0.2 (the two moves cancel)
     assert torch.allclose(algo.h["a"], f64(h), atol=1e-12)
     assert torch.allclose(algo.w["a"], f64((2 + 0) / 2 - h / 0.5), atol=1e-12)
     algo.server_update(torch.tensor([1]), {"a": torch.tensor([1.0], dtype=torch.float64)}, {})  # w^t = 0.6; w_1 = 1
@@ -46,7 +47,7 @@ def test_client_state_and_server_update_by_hand(tmp_path):
 
 
 def test_adaptive_alpha_scales_by_relative_client_size(tmp_path):
-    """Official code: α_k = α / (n_k·N/Σn); the spec's default uses α for every client."""
+    """Official code: α_k = α / (n_k·N/Σn); our default uses α for every client."""
     run = setup_run(tmp_path, "feddyn", "algorithm.alpha=0.1", "algorithm.adaptive_alpha=true")
     n = run.algorithm.n
     assert torch.allclose(run.algorithm.client_alpha, 0.1 * n.sum() / (n * len(n)))

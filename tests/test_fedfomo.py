@@ -1,13 +1,14 @@
 """FedFomo: the first-order weights on hand-made losses/distances, ε-greedy peer choice, and a real
-round's validation split, mixing matrix and affinity (spec baselines.md; docs/pfl_baselines_b.md)."""
+round's validation split, mixing matrix and affinity (docs/pfl_baselines_b.md)."""
+
 from __future__ import annotations
 
 import numpy as np
 import torch
 from conftest import make_cfg
 
-from fedbench.algorithms.local import LocalInputs
 from fedbench.algorithms.fedfomo import epsilon_greedy, fomo_weights, pair_distances
+from fedbench.algorithms.local import LocalInputs
 from fedbench.run import Run
 
 FP64 = ["hardware.precision=fp64", "hardware.threads=1"]
@@ -28,12 +29,15 @@ def test_fedfomo_weights_by_hand():
     w, wn = fomo_weights(own, peer, dist, valid)
     assert torch.allclose(w[0], torch.tensor([0.5, -0.5, 0.1], dtype=torch.float64), atol=1e-5)
     assert torch.allclose(wn[0], torch.tensor([5 / 6, 0.0, 1 / 6], dtype=torch.float64), atol=1e-5)
-    assert w[1, 2] == 0 and torch.equal(wn[1], torch.zeros(3, dtype=torch.float64))   # padded slot, no gain
+    assert w[1, 2] == 0 and torch.equal(wn[1], torch.zeros(3, dtype=torch.float64))  # padded slot, no gain
 
 
 def test_fedfomo_parameter_distance_spans_all_tensors():
-    stack = {"w": torch.tensor([[0.0, 0.0], [3.0, 0.0], [0.0, 0.0]]), "b": torch.tensor([[0.0], [4.0], [1.0]]),
-             "count": torch.tensor([1, 2, 3])}
+    stack = {
+        "w": torch.tensor([[0.0, 0.0], [3.0, 0.0], [0.0, 0.0]]),
+        "b": torch.tensor([[0.0], [4.0], [1.0]]),
+        "count": torch.tensor([1, 2, 3]),
+    }
     a, b = torch.tensor([1, 2]), torch.tensor([0, 0])
     assert torch.allclose(pair_distances(stack, a, b), torch.tensor([5.0, 1.0], dtype=torch.float64))
     assert torch.allclose(pair_distances(stack, a, b, "l1"), torch.tensor([7.0, 1.0], dtype=torch.float64))
@@ -42,7 +46,7 @@ def test_fedfomo_parameter_distance_spans_all_tensors():
 def test_fedfomo_epsilon_greedy_peer_choice():
     aff = np.array([0.0, 5.0, -1.0, 3.0, 2.0, 9.0])
     cand = [1, 2, 3, 4, 5]
-    assert epsilon_greedy(aff, cand, 3, 0.0, np.random.default_rng(0)) == [5, 1, 3]    # greedy: top affinity
+    assert epsilon_greedy(aff, cand, 3, 0.0, np.random.default_rng(0)) == [5, 1, 3]  # greedy: top affinity
     for s in range(5):
         p = epsilon_greedy(aff, cand, 4, 1.0, np.random.default_rng(s))
         assert len(set(p)) == 4 and set(p) <= set(cand)
@@ -65,7 +69,7 @@ def test_fedfomo_rounds_split_mix_and_affinity(tmp_path):
     assert algo.uploaded.all() and torch.count_nonzero(algo.affinity) == 0
     peers = [[1, 2], [0, 3], [0, 4], [1, 4], [2, 3]]
     A, _ = algo.first_order_update(torch.arange(5), peers)
-    assert torch.allclose(A.sum(1), torch.ones(5, dtype=torch.float64), atol=1e-12)     # θ_k + Σ w̃ (θ_j − θ_k)
+    assert torch.allclose(A.sum(1), torch.ones(5, dtype=torch.float64), atol=1e-12)  # θ_k + Σ w̃ (θ_j − θ_k)
     for i, p in enumerate(peers):
         outside = [j for j in range(5) if j not in p and j != i]
         assert torch.all(A[i, outside] == 0) and torch.all(A[i, p] >= 0)
@@ -84,8 +88,14 @@ def test_fedfomo_scores_peers_on_the_validation_split_and_trains_on_the_rest(tmp
     clients = torch.arange(3)
     algo.round(1, clients)
     from fedbench.engine.stack import broadcast
-    replay = algo.local_train(1, clients, (broadcast({n: v[0] for n, v in w0.items()}, 3), algo.B), algo.train_spec,
-                              LocalInputs(indices=[algo.fit_idx[k] for k in range(3)]))
+
+    replay = algo.local_train(
+        1,
+        clients,
+        (broadcast({n: v[0] for n, v in w0.items()}, 3), algo.B),
+        algo.train_spec,
+        LocalInputs(indices=[algo.fit_idx[k] for k in range(3)]),
+    )
     for n in algo.P:
         assert torch.allclose(algo.P[n], replay.params[n], atol=1e-12, rtol=0), n
     P = {n: v.clone() for n, v in algo.P.items()}
@@ -94,8 +104,9 @@ def test_fedfomo_scores_peers_on_the_validation_split_and_trains_on_the_rest(tmp
         i = data.tensor(algo.val_idx[k])
         fm.set_mode(False)
         with torch.no_grad():
-            out = F.cross_entropy(fm({n: v[j] for n, v in P.items()}, {n: v[j] for n, v in algo.B.items()}, data.x[i]),
-                                  data.y[i]).item()
+            out = F.cross_entropy(
+                fm({n: v[j] for n, v in P.items()}, {n: v[j] for n, v in algo.B.items()}, data.x[i]), data.y[i]
+            ).item()
         fm.set_mode(True)
         return out
 

@@ -1,4 +1,5 @@
 """FedKA (spec fedka.md): knowledge anchor construction, the discarded-logit L2 loss, executors, a short run."""
+
 from __future__ import annotations
 
 import json
@@ -31,15 +32,15 @@ def test_knowledge_anchor_loss_hand_computed():
     """L_KA = (1/|T|) Σ_a Σ_{k∉C_d} (z_g − z_l)²: dominant columns and padded anchors do not count."""
     z_l = torch.tensor([[1.0, 2.0, 3.0], [0.0, -1.0, 4.0], [9.0, 9.0, 9.0]])
     z_g = torch.tensor([[2.0, 0.0, 1.0], [1.0, 5.0, 4.5], [0.0, 0.0, 0.0]])
-    kept = torch.tensor([1.0, 0.0, 1.0])       # class 1 is dominant for this client
-    mask = torch.tensor([1.0, 1.0, 0.0])       # the third slot is padding
+    kept = torch.tensor([1.0, 0.0, 1.0])  # class 1 is dominant for this client
+    mask = torch.tensor([1.0, 1.0, 0.0])  # the third slot is padding
     # anchor 0: (2-1)² + (1-3)² = 5; anchor 1: (1-0)² + (4.5-4)² = 1.25; |T| = 2
     assert knowledge_anchor_loss(z_l, z_g, kept, mask).item() == pytest.approx((5 + 1.25) / 2)
     z_l2 = z_l.clone()
-    z_l2[:, 1] += 100.0                         # a dominant-class logit is discarded by Φ
-    z_l2[2] -= 7.0                              # a padded anchor is masked
+    z_l2[:, 1] += 100.0  # a dominant-class logit is discarded by Φ
+    z_l2[2] -= 7.0  # a padded anchor is masked
     assert knowledge_anchor_loss(z_l2, z_g, kept, mask).item() == pytest.approx(3.125)
-    assert knowledge_anchor_loss(z_l, z_g, kept, torch.zeros(3)).item() == 0.0   # T = ∅ -> L = CE
+    assert knowledge_anchor_loss(z_l, z_g, kept, torch.zeros(3)).item() == 0.0  # T = ∅ -> L = CE
 
 
 def test_pad_anchor_repeats_real_anchors_and_masks_them():
@@ -56,7 +57,7 @@ def test_class_groups_and_shared_set(tmp_path):
     assert np.array_equal(a.groups == MISSING, a.data.counts == 0)
     assert np.array_equal(a.groups == DOMINANT, share >= 0.1)
     assert np.array_equal(a.groups == NON_DOMINANT, (share > 0) & (share < 0.1))
-    assert (a.groups == NON_DOMINANT).any() and (a.groups == MISSING).any()   # the test exercises every type
+    assert (a.groups == NON_DOMINANT).any() and (a.groups == MISSING).any()  # the test exercises every type
     y = a.data.y.cpu().numpy()
     assert (a.S < a.data.n_pool_train).all() and y[a.S].tolist() == list(range(a.data.num_classes))
 
@@ -71,24 +72,24 @@ def test_anchor_construction(tmp_path):
         labels = y[anchor]
         own = np.isin(anchor, a.data.train_idx[k])
         groups = a.groups[k, labels]
-        assert sorted(labels) == list(np.flatnonzero(a.groups[k] != DOMINANT))   # one anchor per C_n ∪ C_m class
-        assert (own == (groups == NON_DOMINANT)).all()                           # C_n: drawn from D_k
-        assert np.array_equal(anchor[groups == MISSING], a.S[labels[groups == MISSING]])   # C_m: the shared sample
+        assert sorted(labels) == list(np.flatnonzero(a.groups[k] != DOMINANT))  # one anchor per C_n ∪ C_m class
+        assert (own == (groups == NON_DOMINANT)).all()  # C_n: drawn from D_k
+        assert np.array_equal(anchor[groups == MISSING], a.S[labels[groups == MISSING]])  # C_m: the shared sample
         assert (n_nd, n_m) == ((a.groups[k] == NON_DOMINANT).sum(), (a.groups[k] == MISSING).sum())
     k = int(np.argmax((a.groups != DOMINANT).sum(1)))
     full, _, _ = a.knowledge_anchor(3, k, {})
-    a.slots = 3                                       # μ = 3: a random subset of the same round's anchor
+    a.slots = 3  # μ = 3: a random subset of the same round's anchor
     small, n_nd, n_m = a.knowledge_anchor(3, k, {})
     assert len(full) > 3 and len(small) == 3 and n_nd + n_m == 3 and set(small) <= set(full)
     subsets = {tuple(a.knowledge_anchor(t, k, {})[0]) for t in range(1, 9)}
-    assert len(subsets) > 1                           # resampled every round
+    assert len(subsets) > 1  # resampled every round
     a.slots = a.data.num_classes
     k, c = np.argwhere((a.groups == NON_DOMINANT) & (a.data.counts > 1))[0]
     picks = set()
     for t in range(1, 9):
         anchor = a.knowledge_anchor(t, k, {})[0]
         picks.add(int(anchor[y[anchor] == c][0]))
-    assert len(picks) > 1                             # the non-dominant class's sample itself is redrawn
+    assert len(picks) > 1  # the non-dominant class's sample itself is redrawn
 
 
 @pytest.mark.parametrize("variant,kept_group", [("fedka_n", NON_DOMINANT), ("fedka_m", MISSING)])
@@ -123,7 +124,12 @@ def test_fedka_loss_is_ce_plus_beta_ka(tmp_path):
     ax = a.data.x[10:14]
     z_g = torch.randn(4, 10, generator=g, dtype=torch.float64)
     kept = (torch.arange(10) % 2).double()
-    ctx = {"anchor_x": ax, "anchor_mask": torch.tensor([1.0, 1, 1, 0], dtype=torch.float64), "anchor_logits": z_g, "kept": kept}
+    ctx = {
+        "anchor_x": ax,
+        "anchor_mask": torch.tensor([1.0, 1, 1, 0], dtype=torch.float64),
+        "anchor_logits": z_g,
+        "kept": kept,
+    }
     ce = F.cross_entropy(a.fm(a.w, a.bn, x), y)
     z_a = a.fm(a.w, a.bn, ax)
     ka = (((z_g - z_a) ** 2) * kept)[:3].sum() / 3
@@ -137,8 +143,18 @@ def test_sequential_equals_vectorized(tmp_path, model):
     """Whole FedKA rounds (anchors, BN with concatenated anchors, aggregation) match across executors (fp64)."""
     w = {}
     for ex in ("sequential", "vectorized"):
-        run = Run(make_cfg(*SKEWED, f"model={model}", f"hardware.executor={ex}", "hardware.precision=fp64", "rounds=2",
-                           "participation=0.6", "logger=none"), tmp_path / ex)
+        run = Run(
+            make_cfg(
+                *SKEWED,
+                f"model={model}",
+                f"hardware.executor={ex}",
+                "hardware.precision=fp64",
+                "rounds=2",
+                "participation=0.6",
+                "logger=none",
+            ),
+            tmp_path / ex,
+        )
         run.execute()
         w[ex] = run.algorithm.global_model()
     for part in (0, 1):
@@ -150,7 +166,9 @@ def test_beta_zero_is_fedavg(tmp_path):
     """The KA term is FedKA's only change to FedAvg: β = 0 reproduces FedAvg's global model (no BN)."""
     w = {}
     for algo in ("fedavg", "fedka"):
-        run = Run(make_cfg(*SKEWED, f"algorithm={algo}", "model=mlp", "hardware.precision=fp64", "rounds=2"), tmp_path / algo)
+        run = Run(
+            make_cfg(*SKEWED, f"algorithm={algo}", "model=mlp", "hardware.precision=fp64", "rounds=2"), tmp_path / algo
+        )
         if algo == "fedka":
             run.cfg.algorithm.beta = 0.0
         run.execute()
@@ -159,10 +177,12 @@ def test_beta_zero_is_fedavg(tmp_path):
 
 
 def test_short_fedka_run_logs_anchor_sizes(tmp_path):
-    s = run_cfg(make_cfg(*SKEWED, "model=tiny_cnn", "rounds=4", "local_epochs=2", "algorithm.mu=4",
-                         "eval.personalized=false"), tmp_path)
+    s = run_cfg(
+        make_cfg(*SKEWED, "model=tiny_cnn", "rounds=4", "local_epochs=2", "algorithm.mu=4", "eval.personalized=false"),
+        tmp_path,
+    )
     assert s["status"] == "complete" and "pers/acc" not in s["metrics"]
-    assert s["metrics"]["global/acc"]["best"] > 0.3                     # learns (10 classes, chance = 0.1)
+    assert s["metrics"]["global/acc"]["best"] > 0.3  # learns (10 classes, chance = 0.1)
     rows = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
     sizes = [r["fedka/anchor_size"] for r in rows if "fedka/anchor_size" in r]
     assert len(sizes) == 4 and all(0 < v <= 4 for v in sizes)
@@ -170,15 +190,21 @@ def test_short_fedka_run_logs_anchor_sizes(tmp_path):
     assert groups.shape == (5, 10)
 
 
-@pytest.mark.parametrize("key,value", [("sampling", "greedy"), ("mu", 0), ("gamma", 1.5), ("anchor_classes", "dominant")])
+@pytest.mark.parametrize(
+    "key,value", [("sampling", "greedy"), ("mu", 0), ("gamma", 1.5), ("anchor_classes", "dominant")]
+)
 def test_bad_hyperparameters_fail_before_training(tmp_path, key, value):
     with pytest.raises(ConfigError, match=f"algorithm.{key}"):
         Run(make_cfg("algorithm=fedka", f"algorithm.{key}={value}"), tmp_path).setup()
 
 
 ARM = "experiment/fedka/arm@_global_"
-GRIDS = {"fedprox": ("mu", {0.001, 0.01, 0.1, 1}), "moon": ("mu", {0.1, 1, 5, 10}),   # FedKA §5.1
-         "feddyn": ("alpha", {1, 0.1, 0.01, 0.001}), "fedka": ("beta", {0.5, 0.1, 0.01, 0.001})}
+GRIDS = {
+    "fedprox": ("mu", {0.001, 0.01, 0.1, 1}),
+    "moon": ("mu", {0.1, 1, 5, 10}),  # FedKA §5.1
+    "feddyn": ("alpha", {1, 0.1, 0.01, 0.001}),
+    "fedka": ("beta", {0.5, 0.1, 0.01, 0.001}),
+}
 
 
 def _arm(name: str) -> tuple[str, dict]:
@@ -192,15 +218,34 @@ def test_experiment_configs_compose_and_match_their_tables():
     """Every fedka/table* config composes with its last sweep arm (the arm's method and values, not a fallback),
     passes the config checks and has a FedKA row; every swept method exists and has a reference row with exactly the
     swept columns; a tuned method's arms cover exactly its §5.1 grid (table.tune names the key)."""
-    names = ["table1", "table1_cifar100", "table1_tinyimagenet", "table2", "table2_cifar100", "table3", "table4",
-             "table5", "table6", "table6_cifar100", "table6_tinyimagenet", "table7", "table8", "table9",
-             "table9_cifar100", "table9_tinyimagenet", "beta", "gamma"]
+    names = [
+        "table1",
+        "table1_cifar100",
+        "table1_tinyimagenet",
+        "table2",
+        "table2_cifar100",
+        "table3",
+        "table4",
+        "table5",
+        "table6",
+        "table6_cifar100",
+        "table6_tinyimagenet",
+        "table7",
+        "table8",
+        "table9",
+        "table9_cifar100",
+        "table9_tinyimagenet",
+        "beta",
+        "gamma",
+    ]
     GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):   # one Hydra init for all compositions
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):  # one Hydra init for all compositions
         for name in names:
-            sweep = {k: str(v).split(",") for k, v in OmegaConf.load(CONF / "experiment" / "fedka" / f"{name}.yaml")
-                     .hydra.sweeper.params.items()}
-            if ARM in sweep:   # methods x grids: one arm per (method, grid value)
+            sweep = {
+                k: str(v).split(",")
+                for k, v in OmegaConf.load(CONF / "experiment" / "fedka" / f"{name}.yaml").hydra.sweeper.params.items()
+            }
+            if ARM in sweep:  # methods x grids: one arm per (method, grid value)
                 arms = [_arm(a) for a in sweep[ARM]]
                 cfg = compose("config", overrides=[f"+experiment=fedka/{name}", f"{ARM}={sweep[ARM][-1]}"])
                 algo, hp = arms[-1]
@@ -208,18 +253,20 @@ def test_experiment_configs_compose_and_match_their_tables():
             elif "algorithm" in sweep:
                 arms = [(a, {}) for a in sweep["algorithm"]]
                 cfg = compose("config", overrides=[f"+experiment=fedka/{name}", f"algorithm={arms[-1][0]}"])
-            else:   # a hyperparameter sweep of FedKA itself (beta, gamma)
+            else:  # a hyperparameter sweep of FedKA itself (beta, gamma)
                 cfg = compose("config", overrides=[f"+experiment=fedka/{name}"])
                 arms = [(cfg.algorithm.name, {})]
             validate(cfg)
-            assert cfg.eval.personalized is False and cfg.partition.test_split == "global", name   # generic FL
+            assert cfg.eval.personalized is False and cfg.partition.test_split == "global", name  # generic FL
             rows = {a for a, _ in arms}
             assert "fedka" in rows, name
             for a in rows:
                 assert (CONF / "algorithm" / f"{a}.yaml").exists(), (name, a)
                 assert cfg.table.rows != "choice:algorithm" or a in cfg.table.reference, (name, a)
             if cfg.table.cols:
-                assert all({str(c) for c in row} == set(sweep[cfg.table.cols]) for row in cfg.table.reference.values()), name
+                assert all(
+                    {str(c) for c in row} == set(sweep[cfg.table.cols]) for row in cfg.table.reference.values()
+                ), name
             tuned = cfg.table.get("tune") or {"rows": {}}
             for a, key in tuned["rows"].items():
                 grid_key, grid = GRIDS[a]
@@ -237,8 +284,9 @@ BN = [*SKEWED, "model=tiny_cnn", "hardware.precision=fp64", "algorithm.gamma=0.3
 def _round_loss(tmp_path, beta: float, *overrides) -> tuple[float, float]:
     """(train/loss, mean |T|) of round 1 with one local step per client (batch = all of a client's samples): the
     logged loss is CE + β·L_KA evaluated at the round-start weights, i.e. with θ_i = θ_g."""
-    run = Run(make_cfg(*BN, f"algorithm.beta={beta}", "batch_size=100000", "local_epochs=1", *overrides),
-              tmp_path / str(beta))
+    run = Run(
+        make_cfg(*BN, f"algorithm.beta={beta}", "batch_size=100000", "local_epochs=1", *overrides), tmp_path / str(beta)
+    )
     run.setup()
     m = run.algorithm.round(1, torch.arange(run.data.num_clients))
     return m["train/loss"], m["fedka/anchor_size"]
@@ -250,20 +298,20 @@ def test_anchor_loss_is_zero_at_the_global_model_on_a_batchnorm_net(tmp_path, ex
     first step's loss (the old code mixed eval-mode Z_g with train-mode client logits: L_KA ≫ 0)."""
     with_ka, size = _round_loss(tmp_path, 1.0, f"hardware.executor={executor}")
     without, _ = _round_loss(tmp_path, 0.0, f"hardware.executor={executor}")
-    assert size > 0                                                   # the clients do have anchors
+    assert size > 0  # the clients do have anchors
     assert abs(with_ka - without) < 1e-10
 
 
 def test_anchor_loss_after_a_local_step_uses_the_local_model_in_eval_mode(tmp_path):
     """After one local step L_KA > 0, and it equals the hand-written Eq. 3 with the client's logits taken like Z_g's:
     eval mode (running statistics), the anchors in their own forward (not in the mini-batch's BN statistics)."""
-    a = _algo(tmp_path, *BN[len(SKEWED):], "algorithm.beta=1.0")
+    a = _algo(tmp_path, *BN[len(SKEWED) :], "algorithm.beta=1.0")
     k = 0
     anchor, _, _ = a.knowledge_anchor(1, k, {})
     assert len(anchor) > 1
     x_a = a.data.x[a.data.tensor(anchor)]
     a.fm.set_mode(False)
-    z_g = a.fm(a.w, a.bn, x_a).detach()                              # global model, eval mode
+    z_g = a.fm(a.w, a.bn, x_a).detach()  # global model, eval mode
     a.fm.set_mode(True)
     kept = a.kept[k]
     ctx = {"anchor_x": x_a, "anchor_mask": torch.ones(len(anchor), dtype=x_a.dtype), "anchor_logits": z_g, "kept": kept}
@@ -275,10 +323,16 @@ def test_anchor_loss_after_a_local_step_uses_the_local_model_in_eval_mode(tmp_pa
     g = torch.autograd.grad(a.loss(a.fm, p, b, x, y, ctx), list(p.values()))
     p = {n: (v - 0.05 * gi).detach() for (n, v), gi in zip(p.items(), g)}
     b_step = {n: v.clone() for n, v in b.items()}
-    ka = a.loss(a.fm, p, {n: v.clone() for n, v in b_step.items()}, x, y, ctx) - \
-        a.loss(a.fm, p, {n: v.clone() for n, v in b_step.items()}, x, y, {**ctx, "anchor_mask": torch.zeros(len(anchor), dtype=x.dtype)})
+    ka = a.loss(a.fm, p, {n: v.clone() for n, v in b_step.items()}, x, y, ctx) - a.loss(
+        a.fm,
+        p,
+        {n: v.clone() for n, v in b_step.items()},
+        x,
+        y,
+        {**ctx, "anchor_mask": torch.zeros(len(anchor), dtype=x.dtype)},
+    )
     a.fm.set_mode(False)
-    z_l = a.fm(p, b_step, x_a)                                         # the stepped client, eval mode
+    z_l = a.fm(p, b_step, x_a)  # the stepped client, eval mode
     a.fm.set_mode(True)
     expected = ((z_g - z_l) ** 2 * kept).sum() / len(anchor)
     assert expected.item() > 1e-6
@@ -286,6 +340,7 @@ def test_anchor_loss_after_a_local_step_uses_the_local_model_in_eval_mode(tmp_pa
 
 
 # ---- issue 16 item 13: Table 2's FedAvg row is 100 rounds, 1x by definition ----------------------------------------
+
 
 def test_table2_target_row_is_its_target_round_and_speedup_one(tmp_path):
     """Table 2 counts the rounds each method needs to reach FedAvg's accuracy after its last round; FedAvg's own row is
@@ -296,11 +351,11 @@ def test_table2_target_row_is_its_target_round_and_speedup_one(tmp_path):
     from fedbench.report import Report, collect, group_tables
 
     root = tmp_path / "sweep"
-    write_run(root, "fedavg", 0, TABLE2, [0.1, 0.3, 0.5, 0.6, 0.55])    # target 0.55 @4, touched already @3
-    write_run(root, "fedavg", 1, TABLE2, [0.1, 0.2, 0.3, 0.4, 0.5])     # target 0.50 @4, first reached @4
-    write_run(root, "fedka", 0, TABLE2, [0.1, 0.2, 0.56, 0.5, 0.6])     # 0.56 >= 0.55 @2: 4/2 = 2x
-    write_run(root, "fedka", 1, TABLE2, [0.1, 0.5, 0.5, 0.5, 0.5])      # 0.50 >= 0.50 @1: 4x
-    write_run(root, "fedprox", 0, TABLE2, [0.1, 0.2, 0.3, 0.4, 0.5])    # never reaches 0.55
+    write_run(root, "fedavg", 0, TABLE2, [0.1, 0.3, 0.5, 0.6, 0.55])  # target 0.55 @4, touched already @3
+    write_run(root, "fedavg", 1, TABLE2, [0.1, 0.2, 0.3, 0.4, 0.5])  # target 0.50 @4, first reached @4
+    write_run(root, "fedka", 0, TABLE2, [0.1, 0.2, 0.56, 0.5, 0.6])  # 0.56 >= 0.55 @2: 4/2 = 2x
+    write_run(root, "fedka", 1, TABLE2, [0.1, 0.5, 0.5, 0.5, 0.5])  # 0.50 >= 0.50 @1: 4x
+    write_run(root, "fedprox", 0, TABLE2, [0.1, 0.2, 0.3, 0.4, 0.5])  # never reaches 0.55
     rep = Report(group_tables(collect([root]))[0])
     assert rep.cells[("fedavg", "Rounds")].values == [4.0, 4.0]
     assert rep.cells[("fedavg", "Speedup")].values == [1.0, 1.0]
@@ -312,6 +367,7 @@ def test_table2_target_row_is_its_target_round_and_speedup_one(tmp_path):
 
 
 # ---- issue 16 item 14: Figure 3's experiment configs -------------------------------------------------------------
+
 
 def test_figure3_configs_shrink_client0s_classes_at_scaled_rounds():
     """(a) a non-dominant class cut to 5 then 0 samples at rounds 60 / 70, (b) a dominant class cut every 10 rounds from
@@ -326,8 +382,10 @@ def test_figure3_configs_shrink_client0s_classes_at_scaled_rounds():
         assert cfg.algorithm.name == "fedavg" and cfg.eval.forgetting.enabled and cfg.eval.forgetting.every == 1
         assert cfg.partition.alpha == 0.1 and cfg.clients == 10 and cfg.model.name == "cnn" and cfg.partition.seed == 0
     steps = OmegaConf.to_container(a.data_schedule, resolve=True)
-    assert a.rounds == 20 and steps == [{"round": 12, "client": 0, "class": 0, "keep": 5},
-                                        {"round": 14, "client": 0, "class": 0, "keep": 0}]
+    assert a.rounds == 20 and steps == [
+        {"round": 12, "client": 0, "class": 0, "keep": 5},
+        {"round": 14, "client": 0, "class": 0, "keep": 0},
+    ]
     steps = OmegaConf.to_container(b.data_schedule, resolve=True)
     assert b.rounds == 32 and [s["round"] for s in steps] == list(range(10, 31, 2))
     assert {(s["client"], s["class"]) for s in steps} == {(0, 1)}

@@ -1,4 +1,5 @@
 """FedLC: the calibration margins τ·n^{−1/4} (incl. absent classes), the calibrated CE by hand, executors agree."""
+
 from __future__ import annotations
 
 import math

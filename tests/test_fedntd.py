@@ -1,4 +1,5 @@
 """FedNTD: the not-true distillation term against a by-hand computation, the τ² option, executors agree."""
+
 from __future__ import annotations
 
 import copy
@@ -58,9 +59,15 @@ def test_local_loss_is_ce_plus_beta_tau2_not_true_kl_to_global(tmp_path):
         zg = module(algo.w, False)(x)
     ntd = _hand_ntd(zl.detach(), zg, y, tau)
     assert ntd > 1e-3
-    assert abs(got.item() - (F.cross_entropy(zl, y).item() + beta * tau ** 2 * ntd)) < 1e-10
-    plain = setup_run(tmp_path / "plain", "fedntd", "model=tiny_cnn", f"algorithm.beta={beta}", f"algorithm.tau={tau}",
-                      "algorithm.tau_squared=false").algorithm
+    assert abs(got.item() - (F.cross_entropy(zl, y).item() + beta * tau**2 * ntd)) < 1e-10
+    plain = setup_run(
+        tmp_path / "plain",
+        "fedntd",
+        "model=tiny_cnn",
+        f"algorithm.beta={beta}",
+        f"algorithm.tau={tau}",
+        "algorithm.tau_squared=false",
+    ).algorithm
     got_plain = plain.local_loss(fm, w_loc, {k: v.clone() for k, v in algo.bn.items()}, x, y, ctx)
     assert abs(got_plain.item() - (F.cross_entropy(zl, y).item() + beta * ntd)) < 1e-10
 

@@ -1,5 +1,6 @@
 """FedPAC: the classifier-combination QP (closed forms, exhaustive check), feature statistics, the
-alignment loss, and the server rule inside a real round (spec baselines.md; docs/pfl_baselines_b.md)."""
+alignment loss, and the server rule inside a real round (docs/pfl_baselines_b.md)."""
+
 from __future__ import annotations
 
 import itertools
@@ -10,8 +11,13 @@ import torch
 import torch.nn.functional as F
 from conftest import make_cfg
 
-from fedbench.algorithms.fedpac import (bias_matrix, combination_weights, feature_statistics, simplex_qp,
-                                        weighted_centroids)
+from fedbench.algorithms.fedpac import (
+    bias_matrix,
+    combination_weights,
+    feature_statistics,
+    simplex_qp,
+    weighted_centroids,
+)
 from fedbench.engine.stack import broadcast, mix, rows, select, weighted_mean
 from fedbench.run import Run
 
@@ -94,7 +100,7 @@ def test_fedpac_feature_statistics_and_centroids_by_hand():
     sq = torch.tensor([[1.0, 5.0], [11.0, 0.0]], dtype=torch.float64)
     V, H = feature_statistics(means, counts, sq)
     assert torch.allclose(H[0], torch.tensor([[0.25, 0.0], [0.0, 1.5]], dtype=torch.float64))
-    assert V[0].item() == pytest.approx((0.25 * 1 + 0.75 * 5 - (0.25 ** 2 * 1 + 0.75 ** 2 * 4)) / 4)
+    assert V[0].item() == pytest.approx((0.25 * 1 + 0.75 * 5 - (0.25**2 * 1 + 0.75**2 * 4)) / 4)
     assert V[1].item() == pytest.approx((1.0 * 11 - 10.0) / 2)
     c, has = weighted_centroids(means, counts)
     assert torch.allclose(c, torch.tensor([[7 / 3, 2 / 3], [0.0, 2.0]], dtype=torch.float64))
@@ -121,7 +127,7 @@ def test_fedpac_round_server_rule(tmp_path):
     moved the heads (with head_epochs=0 the body phase leaves them untouched)."""
     run = _setup(tmp_path)
     algo, clients = run.algorithm, torch.arange(5)
-    seen = {}   # the round's last phase-"train" result, as the monitors keep it (Context.observers)
+    seen = {}  # the round's last phase-"train" result, as the monitors keep it (Context.observers)
     run.ctx.observers.append(lambda t, ids, res, phase: seen.update({phase: res}))
     params = {**broadcast(algo.theta, 5), **rows(algo.phi, clients)}
     buffers = {**broadcast(algo.theta_buf, 5), **rows(algo.phi_buf, clients)}
@@ -131,19 +137,21 @@ def test_fedpac_round_server_rule(tmp_path):
     metrics = algo.round(1, clients)
     trained = seen["train"]
     heads = select(trained.params, algo.personal)
-    assert not torch.allclose(heads["head.0.weight"], phi0["head.0.weight"])            # head phase trained them
+    assert not torch.allclose(heads["head.0.weight"], phi0["head.0.weight"])  # head phase trained them
     for k, v in mix(heads, A).items():
         assert torch.allclose(algo.phi[k], v, atol=1e-12), k
     for k, v in weighted_mean(select(trained.params, algo.shared), algo.n).items():
         assert torch.allclose(algo.theta[k], v, atol=1e-12), k
     m1, c1, _ = algo.class_statistics(clients, trained.params, trained.buffers)
     assert torch.allclose(algo.centroids, weighted_centroids(m1, c1)[0], atol=1e-12)
-    assert metrics["fedpac/qp_failed"] == 0 and metrics["fedpac/self_weight"] < 1.0    # heads were combined
+    assert metrics["fedpac/qp_failed"] == 0 and metrics["fedpac/self_weight"] < 1.0  # heads were combined
     run0 = _setup(tmp_path / "h0", "algorithm.head_epochs=0")
     run0.ctx.observers.append(lambda t, ids, res, phase: seen.update({phase: res}))
     run0.algorithm.round(1, clients)
-    assert torch.equal(select(seen["train"].params, run0.algorithm.personal)["head.0.weight"],
-                       run0.initial_params["head.0.weight"].expand(5, -1, -1))
+    assert torch.equal(
+        select(seen["train"].params, run0.algorithm.personal)["head.0.weight"],
+        run0.initial_params["head.0.weight"].expand(5, -1, -1),
+    )
 
 
 def test_fedpac_classifier_scope_features_are_the_last_linear_input(tmp_path):

@@ -1,4 +1,5 @@
 """FedProx: the local gradient carries μ(w − w^t); executors agree; a few rounds learn."""
+
 from __future__ import annotations
 
 import torch
@@ -19,7 +20,7 @@ def test_local_gradient_is_ce_gradient_plus_mu_times_distance_to_global(tmp_path
     ce = torch.autograd.grad(F.cross_entropy(fm(w, algo.bn, x), y), [w[k] for k in names])
     for k, g, c in zip(names, got, ce):
         assert torch.allclose(g, c + mu * (w[k].detach() - w_glob[k]), atol=1e-12, rtol=0), k
-        assert not torch.allclose(g, c, atol=1e-4)              # the proximal pull is really there
+        assert not torch.allclose(g, c, atol=1e-4)  # the proximal pull is really there
 
 
 def test_sequential_equals_vectorized_and_it_learns(tmp_path):

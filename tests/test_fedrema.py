@@ -1,4 +1,5 @@
 """FedReMa (spec fedrema.md): MDS, CCP, dependency map, vectorized server rules, executors, diagnostics."""
+
 from __future__ import annotations
 
 import json
@@ -18,23 +19,27 @@ from fedbench.run import Run
 
 # ---- MDS (Alg. 1) on hand-made similarity vectors -------------------------------------------------------
 def test_mds_splits_at_the_largest_gap_and_ignores_the_self_gap():
-    S = torch.tensor([[1.00, 0.90, 0.85, 0.30, 0.20],    # sorted .2 .3 .85 .9 1: largest gap .3 -> .85
-                      [0.50, 1.00, 0.45, 0.10, 0.05]],   # gaps .05 .35 .05 | .5 (self): the self-gap is ignored
-                     dtype=torch.float64)
+    S = torch.tensor(
+        [
+            [1.00, 0.90, 0.85, 0.30, 0.20],  # sorted .2 .3 .85 .9 1: largest gap .3 -> .85
+            [0.50, 1.00, 0.45, 0.10, 0.05],
+        ],  # gaps .05 .35 .05 | .5 (self): the self-gap is ignored
+        dtype=torch.float64,
+    )
     A, gap = mds(S)
     assert A[0].tolist() == [True, True, True, False, False]
     assert A[1].tolist() == [True, True, True, False, False]
     assert gap.tolist() == pytest.approx([0.55, 0.35])
-    A, gap = mds(S, ignore_self_gap=False)               # the paper's Alg. 1: the self-gap .5 wins in row 1
+    A, gap = mds(S, ignore_self_gap=False)  # the paper's Alg. 1: the self-gap .5 wins in row 1
     assert A[1].tolist() == [False, True, False, False, False] and gap[1].item() == pytest.approx(0.5)
     assert A[0].tolist() == [True, True, True, False, False]
 
 
 def test_mds_ties_pick_the_first_gap_and_all_equal_keeps_everybody():
-    ties = torch.tensor([[1.0, 0.75, 0.5, 0.25, 0.0]])   # all gaps 0.25 (exact): first gap -> largest set
+    ties = torch.tensor([[1.0, 0.75, 0.5, 0.25, 0.0]])  # all gaps 0.25 (exact): first gap -> largest set
     A, gap = mds(ties)
     assert A[0].tolist() == [True, True, True, True, False] and gap.item() == 0.25
-    flat = torch.ones(1, 5)                               # no gap at all: nobody can be told apart
+    flat = torch.ones(1, 5)  # no gap at all: nobody can be told apart
     A, gap = mds(flat)
     assert A.all() and gap.item() == 0.0
     A, gap = mds(torch.tensor([[1.0, 0.3], [0.3, 1.0]]))  # K = 2: no gap left once the self-gap is dropped
@@ -42,7 +47,7 @@ def test_mds_ties_pick_the_first_gap_and_all_equal_keeps_everybody():
 
 
 def _code_mds(s: np.ndarray):
-    """The official code's aggregate_heads_diff / get_sort_grad for one row (spec §4.3)."""
+    """The official code's aggregate_heads_diff / get_sort_grad for one row (github.com/liangh68/FedReMa)."""
     sorted_values, sorted_args = np.sort(s), np.argsort(s)
     diff = np.diff(sorted_values)
     max_id = int(np.argmax(diff[:-1]))
@@ -62,19 +67,19 @@ def test_mds_matches_the_code_row_by_row_on_random_similarities():
 
 # ---- CCP (Eq. 8-9), G and Eq. 7/10 weights --------------------------------------------------------------
 def test_ccp_ends_the_first_time_the_ratio_to_the_peak_drops_below_delta():
-    H = [0.10, 0.30, 0.50, 0.40, 0.25, 0.24, 0.60, 0.10]   # peak .5 at t=3; .25/.5 = δ stays (code: strict <)
+    H = [0.10, 0.30, 0.50, 0.40, 0.25, 0.24, 0.60, 0.10]  # peak .5 at t=3; .25/.5 = δ stays (code: strict <)
     ended = next(t for t in range(1, len(H) + 1) if not ccp_continues(H[:t], 0.5))
-    assert ended == 6                                     # .24/.5 = .48 < .5
+    assert ended == 6  # .24/.5 = .48 < .5
     assert all(ccp_continues(H[:t], 0.5) for t in range(1, 6))
-    assert ccp_continues([0.3, 0.9], 0.99)                # a new maximum always continues
-    assert ccp_continues([0.0, 0.0], 0.5)                 # no gap ever: nothing to compare with
-    assert next(t for t in range(1, 9) if not ccp_continues(H[:t], 0.9)) == 4   # .4/.5 = .8 < .9
+    assert ccp_continues([0.3, 0.9], 0.99)  # a new maximum always continues
+    assert ccp_continues([0.0, 0.0], 0.5)  # no gap ever: nothing to compare with
+    assert next(t for t in range(1, 9) if not ccp_continues(H[:t], 0.9)) == 4  # .4/.5 = .8 < .9
 
 
 def test_dependency_map_weights_are_eq10_and_eq7_weights_follow_the_relevant_sets():
     A1 = torch.tensor([[1, 1, 0], [1, 1, 0], [0, 1, 1]], dtype=torch.bool)
     A2 = torch.tensor([[1, 0, 1], [1, 1, 0], [0, 0, 1]], dtype=torch.bool)
-    G = A1.double() + A2.double()                         # G[k, i] = rounds in which k chose i
+    G = A1.double() + A2.double()  # G[k, i] = rounds in which k chose i
     assert G.tolist() == [[2, 1, 1], [2, 2, 0], [0, 1, 2]]
     W = dependency_weights(G)
     assert torch.allclose(W, torch.tensor([[0.5, 0.25, 0.25], [0.5, 0.5, 0.0], [0.0, 1 / 3, 2 / 3]], dtype=W.dtype))
@@ -116,28 +121,32 @@ def test_upload_order_pairing_applies_the_weight_of_id_j_to_the_jth_uploaded_hea
     assert _mixed("simultaneous", perm) == pytest.approx([52.75, 50.5, 7.0], abs=1e-12)
     # the code (both): φ_0 = 52.75;  φ_1 = ½·100 + ½·φ_0 = 76.375;  φ_2 = ⅓·φ_0 + ⅔·φ_1 = 68.5
     assert _mixed("sequential_inplace", perm) == pytest.approx([52.75, 76.375, 68.5], abs=1e-12)
-    assert _mixed("sequential_inplace", [0, 1, 2]) == _mixed("sequential_inplace")   # identity order = by id
+    assert _mixed("sequential_inplace", [0, 1, 2]) == _mixed("sequential_inplace")  # identity order = by id
 
 
 def test_head_update_options_reach_the_server_round(tmp_path):
     """A whole FedReMa round with the code's options equals the hand-written loop of the code on the same uploads."""
-    run, algo = _setup(tmp_path, "algorithm.head_update=sequential_inplace", "algorithm.head_pairing=upload_order",
-                       "algorithm.relevant_weights=uniform")
+    run, algo = _setup(
+        tmp_path,
+        "algorithm.head_update=sequential_inplace",
+        "algorithm.head_pairing=upload_order",
+        "algorithm.relevant_weights=uniform",
+    )
     K, clients = algo.K, torch.arange(algo.K)
     res = _uploads(algo, 1, clients)
     S = _loop_similarity(algo, 1, res)
     algo.round(1, clients)
     from fedbench import seeding
 
-    perm = seeding.rng(algo.seed, "upload_order", 1).permutation(K)            # uploaded_heads[j] = client perm[j]
+    perm = seeding.rng(algo.seed, "upload_order", 1).permutation(K)  # uploaded_heads[j] = client perm[j]
     heads = {name: [res.params[name][perm[j]].clone() for j in range(K)] for name in algo.head_names}
     position = {int(perm[j]): j for j in range(K)}
-    for cid in range(K):                                                         # sorted(self.uploaded_ids)
+    for cid in range(K):  # sorted(self.uploaded_ids)
         chosen, _ = _code_mds(S[cid])
-        w = [1 / len(chosen) if j in chosen else 0.0 for j in range(K)]           # weights[id] = 1/num_agg
+        w = [1 / len(chosen) if j in chosen else 0.0 for j in range(K)]  # weights[id] = 1/num_agg
         for name in algo.head_names:
-            new = sum(w[j] * heads[name][j] for j in range(K))                    # zip(weights, uploaded_heads)
-            heads[name][position[cid]] = new                                      # set_head: in place
+            new = sum(w[j] * heads[name][j] for j in range(K))  # zip(weights, uploaded_heads)
+            heads[name][position[cid]] = new  # set_head: in place
     for cid in range(K):
         for name in algo.head_names:
             assert torch.allclose(algo.phi[name][cid], heads[name][position[cid]], atol=1e-12), (cid, name)
@@ -149,14 +158,23 @@ def test_head_update_options_reach_the_server_round(tmp_path):
 # ---- prototypes (+F) ------------------------------------------------------------------------------------
 def test_prototype_alignment_by_hand():
     h = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
-    loss = prototype_alignment(h, torch.tensor([0, 1]), torch.tensor([[0.0, 0.0], [1.0, 1.0]]),
-                               torch.tensor([True, False]))
-    assert loss.item() == pytest.approx((1 + 4) / 4)     # class 1 has no prototype: adds 0, still counted
+    loss = prototype_alignment(
+        h, torch.tensor([0, 1]), torch.tensor([[0.0, 0.0], [1.0, 1.0]]), torch.tensor([True, False])
+    )
+    assert loss.item() == pytest.approx((1 + 4) / 4)  # class 1 has no prototype: adds 0, still counted
 
 
 def _fedrema_f(tmp_path, drop_last):
-    cfg = make_cfg("algorithm=fedrema_f", "model=tiny_cnn", "hardware.precision=fp64", "partition=dominant_groups",
-                   "partition.samples_per_client=60", "clients=4", "batch_size=20", f"drop_last={drop_last}")
+    cfg = make_cfg(
+        "algorithm=fedrema_f",
+        "model=tiny_cnn",
+        "hardware.precision=fp64",
+        "partition=dominant_groups",
+        "partition.samples_per_client=60",
+        "clients=4",
+        "batch_size=20",
+        f"drop_last={drop_last}",
+    )
     run = Run(cfg, tmp_path)
     run.setup()
     return run.algorithm
@@ -186,25 +204,40 @@ def test_fedrema_f_prototypes_are_class_means_of_one_shuffled_train_epoch_as_the
     res = _uploads(algo, 1, clients)
     means, counts = algo.client_prototypes(1, clients, res)
     n = algo.n.tolist()
-    assert n == [48] * algo.K                                             # 60 samples, 20 % held out for testing
+    assert n == [48] * algo.K  # 60 samples, 20 % held out for testing
     assert counts.sum(1).tolist() == ([40] * algo.K if drop_last else n)
-    epoch = make_schedule([algo.data.train_idx[k] for k in range(algo.K)], list(range(algo.K)), 20, algo.seed,
-                          "protos", 1, epochs=1, drop_last=drop_last)
+    epoch = make_schedule(
+        [algo.data.train_idx[k] for k in range(algo.K)],
+        list(range(algo.K)),
+        20,
+        algo.seed,
+        "protos",
+        1,
+        epochs=1,
+        drop_last=drop_last,
+    )
     for m in range(algo.K):
         used = torch.cat(epoch[m]).numpy()
-        assert set(used) <= set(algo.data.train_idx[m].tolist())          # never a test sample
+        assert set(used) <= set(algo.data.train_idx[m].tolist())  # never a test sample
         want, want_counts = _hand_class_means(algo, res, m, used)
         assert counts[m].tolist() == want_counts.tolist()
         for c, v in want.items():
             assert torch.allclose(means[m, c], v, atol=1e-12), (m, c)
-    if not drop_last:                                                     # all train samples: the partition's counts
+    if not drop_last:  # all train samples: the partition's counts
         assert counts.tolist() == algo.data.counts.tolist()
 
 
 # ---- the server round: vectorized == a per-client loop transcribing the code ------------------------------
 def _setup(tmp_path, *overrides):
-    cfg = make_cfg("algorithm=fedrema", "model=tiny_cnn", "hardware.precision=fp64", "partition=dominant_groups",
-                   "partition.samples_per_client=60", "clients=6", *overrides)
+    cfg = make_cfg(
+        "algorithm=fedrema",
+        "model=tiny_cnn",
+        "hardware.precision=fp64",
+        "partition=dominant_groups",
+        "partition.samples_per_client=60",
+        "clients=6",
+        *overrides,
+    )
     run = Run(cfg, tmp_path)
     run.setup()
     run.loggers = build_loggers(cfg, tmp_path, "test")
@@ -227,8 +260,11 @@ def _loop_similarity(algo, t, res):
     fm, K, hp = algo.fm, algo.K, algo.hp
     g = seeding.torch_generator(algo.seed, "probe", t)
     probes = torch.rand(K, algo.feature_dim, generator=g, dtype=torch.float64) * hp.probe_scale
-    head = lambda i, h: fm.head({n: res.params[n][i] for n in algo.head_names},  # noqa: E731
-                                {n: res.buffers[n][i] for n in algo.head_bufs}, h.unsqueeze(0))[0]
+    head = lambda i, h: fm.head(
+        {n: res.params[n][i] for n in algo.head_names},  # noqa: E731
+        {n: res.buffers[n][i] for n in algo.head_bufs},
+        h.unsqueeze(0),
+    )[0]
     S = np.zeros((K, K))
     fm.set_mode(False)
     with torch.no_grad():
@@ -270,7 +306,7 @@ def test_vectorized_head_aggregation_equals_a_per_client_loop(tmp_path):
         for name in algo.head_names:
             want = sum(G[k, i] / G[k].sum() * res.params[name][i] for i in range(K))
             assert torch.allclose(algo.phi[name][k], want, atol=1e-12), (k, name)
-    assert np.array_equal(algo.G.numpy(), G)              # frozen after the CCP
+    assert np.array_equal(algo.G.numpy(), G)  # frozen after the CCP
 
 
 # ---- whole runs -----------------------------------------------------------------------------------------
@@ -278,9 +314,18 @@ def test_sequential_equals_vectorized_for_fedrema_af_with_partial_participation(
     """+A&F has its own loss (alignment) and two phases; CCP forced to end (δ = 1); persistent momentum."""
     out = {}
     for ex in ("sequential", "vectorized"):
-        cfg = make_cfg("algorithm=fedrema_af", "model=mlp", f"hardware.executor={ex}", "hardware.precision=fp64",
-                       "rounds=3", "participation=0.8", "algorithm.delta=1.0", "optim.clip_grad_norm=1.0",
-                       "optim.persistent_state=true", "clients=5")
+        cfg = make_cfg(
+            "algorithm=fedrema_af",
+            "model=mlp",
+            f"hardware.executor={ex}",
+            "hardware.precision=fp64",
+            "rounds=3",
+            "participation=0.8",
+            "algorithm.delta=1.0",
+            "optim.clip_grad_norm=1.0",
+            "optim.persistent_state=true",
+            "clients=5",
+        )
         run = Run(cfg, tmp_path / ex)
         out[ex] = (run.execute(), run.algorithm)
     (a, algo_a), (b, algo_b) = out["sequential"], out["vectorized"]
@@ -288,23 +333,34 @@ def test_sequential_equals_vectorized_for_fedrema_af_with_partial_participation(
         assert a["metrics"][k]["last"] == pytest.approx(b["metrics"][k]["last"], abs=1e-9), k
     assert a["final"]["pers_client_acc"] == b["final"]["pers_client_acc"]
     assert a["dependency_map"] == b["dependency_map"] and a["ccp_end_round"] == b["ccp_end_round"]
-    assert a["ccp_end_round"] < 3                          # the last round used Eq. 10 (both server paths ran)
+    assert a["ccp_end_round"] < 3  # the last round used Eq. 10 (both server paths ran)
     for name in algo_a.head_names:
         assert torch.allclose(algo_a.phi[name], algo_b.phi[name], atol=1e-10), name
-    assert algo_a.has_proto.any()                          # prototypes were uploaded and averaged
-    mom = algo_a.opt_state                                 # both phases keep their momentum across rounds
+    assert algo_a.has_proto.any()  # prototypes were uploaded and averaged
+    mom = algo_a.opt_state  # both phases keep their momentum across rounds
     assert mom[f"momentum_buffer:{algo_a.head_names[0]}"].abs().sum() > 0
     assert mom[f"momentum_buffer:{algo_a.body_names[0]}"].abs().sum() > 0
 
 
 def test_a_fedrema_run_logs_every_diagnostic(tmp_path, capsys):
     rounds, K = 5, 6
-    cfg = make_cfg("algorithm=fedrema", "model=tiny_cnn", "partition=dominant_groups", "partition.samples_per_client=60",
-                   f"clients={K}", "local_epochs=3", f"rounds={rounds}", "algorithm.delta=1.0", "algorithm.plot_every=3",
-                   "checkpoint.every=1", "checkpoint.keep=3", "checkpoint.keep_complete=3")
+    cfg = make_cfg(
+        "algorithm=fedrema",
+        "model=tiny_cnn",
+        "partition=dominant_groups",
+        "partition.samples_per_client=60",
+        f"clients={K}",
+        "local_epochs=3",
+        f"rounds={rounds}",
+        "algorithm.delta=1.0",
+        "algorithm.plot_every=3",
+        "checkpoint.every=1",
+        "checkpoint.keep=3",
+        "checkpoint.keep_complete=3",
+    )
     summary = run_cfg(cfg, tmp_path)
     end = summary["ccp_end_round"]
-    assert end is not None and 1 < end < rounds            # δ = 1: the first drop of Δs̄ ends the CCP
+    assert end is not None and 1 < end < rounds  # δ = 1: the first drop of Δs̄ ends the CCP
     assert summary["ccp_rounds"] == end
     # the note goes through the run's say (Context.say): run.log always, the console when logger.console is on
     assert f"critical co-learning period ended at round {end}" in (tmp_path / "run.log").read_text()
@@ -320,7 +376,7 @@ def test_a_fedrema_run_logs_every_diagnostic(tmp_path, capsys):
         sizes = r["fedrema/relevant_set_sizes"]
         assert len(sizes) == K and all(1 <= s <= K for s in sizes)
         assert r["fedrema/relevant_set_size_mean"] == pytest.approx(np.mean(sizes))
-    assert history[-1] < max(history)                      # why it ended
+    assert history[-1] < max(history)  # why it ended
     assert "fedrema/relevant_set_sizes" not in per_round[rounds]
     sim = tmp_path / "diagnostics" / "similarity"
     published = sorted(int(p.stem.split("_")[1]) for p in sim.glob("round_*.npy"))
@@ -335,7 +391,7 @@ def test_a_fedrema_run_logs_every_diagnostic(tmp_path, capsys):
     assert (dep / f"round_{rounds:05d}.png").exists() and G.tolist() == summary["dependency_map"]
     hist = np.load(tmp_path / "diagnostics" / "fedrema_history.npz")
     assert np.array_equal(hist["relevant_sets"].sum(0), G)  # G = the relevant sets of the CCP rounds, counted
-    assert np.allclose(np.diag(G), end)                     # every client always chose itself
+    assert np.allclose(np.diag(G), end)  # every client always chose itself
     assert np.allclose(np.load(dep / "weights.npy").sum(1), 1)
     assert hist["ccp"].tolist() == [True] * end + [False] * (rounds - end)
     assert hist["ccp_history"].tolist() == pytest.approx(history)
@@ -347,7 +403,7 @@ def test_a_fedrema_run_logs_every_diagnostic(tmp_path, capsys):
     (tmp_path / "status.json").write_text(json.dumps({"status": "running", "round": 3, "config_fingerprint": fp}))
     capsys.readouterr()
     resumed = run_cfg(cfg, tmp_path)
-    assert "after round 3" in capsys.readouterr().err       # it did resume (a fresh run would give the same numbers)
+    assert "after round 3" in capsys.readouterr().err  # it did resume (a fresh run would give the same numbers)
     for key in ("metrics", "ccp_rounds", "ccp_end_round", "dependency_map", "max_diff_peak"):
         assert resumed[key] == summary[key], key
     again = np.load(tmp_path / "diagnostics" / "fedrema_history.npz")
@@ -355,8 +411,12 @@ def test_a_fedrema_run_logs_every_diagnostic(tmp_path, capsys):
 
 
 def test_bad_fedrema_options_fail_before_training(tmp_path):
-    for bad in ("algorithm.delta=1.5", "algorithm.relevant_weights=median", "algorithm.head_update=parallel",
-                "algorithm.head_pairing=random"):
+    for bad in (
+        "algorithm.delta=1.5",
+        "algorithm.relevant_weights=median",
+        "algorithm.head_update=parallel",
+        "algorithm.head_pairing=random",
+    ):
         with pytest.raises(ConfigError) as e:
             run_cfg(make_cfg("algorithm=fedrema", bad), tmp_path / bad.replace("=", "_"))
         assert bad.split("=")[0] in str(e.value)

@@ -1,6 +1,7 @@
 """FedRep: head epochs (or steps) with the body frozen, then body epochs (steps) with the head frozen; aggregation
 of the body only (FedRep) or of all parameters (CAF code, ``fedrep_caf``); per-phase optimizer state; executor
 equivalence; a default run learns."""
+
 from __future__ import annotations
 
 import torch
@@ -10,7 +11,14 @@ from conftest import make_cfg
 from fedbench.engine.schedule import make_schedule
 from fedbench.run import Run
 
-BASE = ["algorithm=fedrep_caf", "model=mlp", "model.head_hidden=[12]", "hardware.precision=fp64", "clients=6", "batch_size=8"]
+BASE = [
+    "algorithm=fedrep_caf",
+    "model=mlp",
+    "model.head_hidden=[12]",
+    "hardware.precision=fp64",
+    "clients=6",
+    "batch_size=8",
+]
 
 
 def _run(tmp_path, *overrides) -> Run:
@@ -22,10 +30,17 @@ def _run(tmp_path, *overrides) -> Run:
 def test_head_steps_then_body_steps_equal_hand_computation(tmp_path):
     """2 SGD steps on the head (body frozen) on batches 0, 1; then 1 SGD step on the body (head frozen) on batch 2."""
     lr, k = 0.1, 3
-    run = _run(tmp_path, "algorithm.optimizer=sgd", "optim.momentum=0.0", f"algorithm.lr={lr}", "algorithm.head_steps=2",
-               "algorithm.body_steps=1", "algorithm.persistent_state=false")
+    run = _run(
+        tmp_path,
+        "algorithm.optimizer=sgd",
+        "optim.momentum=0.0",
+        f"algorithm.lr={lr}",
+        "algorithm.head_steps=2",
+        "algorithm.body_steps=1",
+        "algorithm.persistent_state=false",
+    )
     algo, fm, data = run.algorithm, run.fm, run.data
-    assert algo.head == ["head.0.weight", "head.0.bias", "head.2.weight", "head.2.bias"]   # all FC layers after the body
+    assert algo.head == ["head.0.weight", "head.0.bias", "head.2.weight", "head.2.bias"]  # all FC layers after the body
     p = {n: v.clone() for n, v in algo.w.items()}
     sched = make_schedule([data.train_idx[k]], [k], 8, algo.seed, "train", 1, steps=3)[0]
     for step, names in ((0, algo.head), (1, algo.head), (2, algo.body)):
@@ -37,7 +52,7 @@ def test_head_steps_then_body_steps_equal_hand_computation(tmp_path):
     algo.round(1, torch.tensor([k]))
     for n in p:
         assert torch.allclose(algo.w[n], p[n], atol=1e-12, rtol=0), n
-        assert not torch.equal(algo.w[n], w0[n]), n          # both parts moved, each in its own phase
+        assert not torch.equal(algo.w[n], w0[n]), n  # both parts moved, each in its own phase
 
 
 def test_body_aggregation_keeps_heads_local(tmp_path):
@@ -47,7 +62,7 @@ def test_body_aggregation_keeps_heads_local(tmp_path):
     w0 = {n: v.clone() for n, v in algo.w.items()}
     algo.round(1, torch.tensor([1, 4]))
     for n in algo.head:
-        assert torch.equal(algo.w[n], w0[n])                              # no global head update
+        assert torch.equal(algo.w[n], w0[n])  # no global head update
         assert not torch.equal(algo.H[n][1], h0[n][1]) and torch.equal(algo.H[n][2], h0[n][2])
     P, _ = algo.client_models(torch.tensor([1, 2]), 1)
     for n in algo.head:
@@ -89,9 +104,21 @@ def test_head_epochs_then_body_epochs_equal_hand_computation(tmp_path):
     epochs (batches of the ``fedrep_head`` schedule) then 1 body epoch (the ``train`` schedule), plain SGD; heads
     stay local, the server averages bodies."""
     lr, k = 0.1, 3
-    run = Run(make_cfg("algorithm=fedrep", "model=mlp", "model.head_hidden=[12]", "hardware.precision=fp64", "clients=6",
-                       "batch_size=16", "optim.momentum=0.0", f"lr={lr}", "algorithm.head_epochs=2",
-                       "algorithm.body_epochs=1"), tmp_path)
+    run = Run(
+        make_cfg(
+            "algorithm=fedrep",
+            "model=mlp",
+            "model.head_hidden=[12]",
+            "hardware.precision=fp64",
+            "clients=6",
+            "batch_size=16",
+            "optim.momentum=0.0",
+            f"lr={lr}",
+            "algorithm.head_epochs=2",
+            "algorithm.body_epochs=1",
+        ),
+        tmp_path,
+    )
     run.setup()
     algo, fm, data = run.algorithm, run.fm, run.data
     p = {n: v.clone() for n, v in algo.w.items()}
@@ -107,4 +134,4 @@ def test_head_epochs_then_body_epochs_equal_hand_computation(tmp_path):
     P, _ = algo.client_models(torch.tensor([k]), 1)
     for n in p:
         assert torch.allclose(P[n][0], p[n], atol=1e-12, rtol=0), n
-    assert algo.global_model() is None                     # FedRep has no global head (FedPer likewise)
+    assert algo.global_model() is None  # FedRep has no global head (FedPer likewise)

@@ -1,6 +1,7 @@
 """FEMNIST from LEAF's per-writer JSON files (fedbench/data/leaf.py) on a small fixture written in LEAF's format by
 the test, the natural one-writer-per-client partition, CAFeMe Table 2's config on it, and the one-line error when
 the data is absent."""
+
 from __future__ import annotations
 
 import json
@@ -28,7 +29,7 @@ def _images(writer: str, split: str, n: int) -> tuple[list, list]:
     """Pixels k/255 (LEAF: grey/255, background 1.0) and labels in 0..61, distinct per writer and split."""
     g = np.random.default_rng(zlib.crc32(f"{writer}/{split}".encode()))
     k = g.integers(0, 256, size=(n, 784))
-    k[:, :300] = 255                                                # white background rows
+    k[:, :300] = 255  # white background rows
     return (k / 255).tolist(), g.integers(0, 62, size=n).tolist()
 
 
@@ -50,7 +51,9 @@ def write_leaf(root: Path) -> dict:
 
 
 def _dataset_cfg(root, **over):
-    top = OmegaConf.create({"data_root": str(root), "dataset": OmegaConf.load(REPO / "conf" / "dataset" / "femnist.yaml")})
+    top = OmegaConf.create(
+        {"data_root": str(root), "dataset": OmegaConf.load(REPO / "conf" / "dataset" / "femnist.yaml")}
+    )
     for k, v in over.items():
         OmegaConf.update(top, f"dataset.{k}", v, force_add=True)
     return top.dataset
@@ -71,7 +74,7 @@ def test_loads_leaf_json_as_the_code_feeds_it(tmp_path):
     assert torch.equal(d.y, y)
     who = torch.cat([torch.full((WRITERS[w][s],), i) for s in (0, 1) for i, w in enumerate(names)])
     assert torch.equal(d.attrs["writer"], who)
-    cached = load_dataset(_dataset_cfg(tmp_path), tmp_path / "cache")          # the decode is cached, same result
+    cached = load_dataset(_dataset_cfg(tmp_path), tmp_path / "cache")  # the decode is cached, same result
     assert torch.equal(cached.x, d.x) and torch.equal(cached.attrs["writer"], who)
 
 
@@ -90,14 +93,14 @@ def test_natural_partition_gives_each_client_one_whole_writer(tmp_path):
     chosen = p.info["writer"]
     assert len(set(chosen.tolist())) == 3
     for tr, te, w in zip(p.train, p.test, chosen):
-        own = np.flatnonzero(who[:d.n_train] == w)
-        assert np.array_equal(np.sort(np.concatenate([tr, te])), own)        # exactly the writer's train samples
+        own = np.flatnonzero(who[: d.n_train] == w)
+        assert np.array_equal(np.sort(np.concatenate([tr, te])), own)  # exactly the writer's train samples
         assert len(te) == int(np.ceil(0.2 * len(own)))
     seeds = {tuple(_natural(d, 3, seed=s).info["writer"]) for s in range(6)}
     assert len(seeds) > 1 and tuple(_natural(d, 3, seed=0).info["writer"]) == tuple(chosen)
     q = _natural(d, 5, seed=1, test_split="official")
     for tr, te, w in zip(q.train, q.test, q.info["writer"]):
-        assert np.array_equal(te, d.n_train + np.flatnonzero(who[d.n_train:] == w)) and (who[tr] == w).all()
+        assert np.array_equal(te, d.n_train + np.flatnonzero(who[d.n_train :] == w)) and (who[tr] == w).all()
     with pytest.raises(ConfigError, match="clients=6"):
         _natural(d, 6, seed=0)
 
@@ -118,11 +121,26 @@ def test_table2_runs_on_the_fixture(tmp_path):
     from fedbench.run import Run
 
     write_leaf(tmp_path / "data")
-    cfg = make_cfg("+experiment=cafeme/table2", f"data_root={tmp_path / 'data'}", f"cache_dir={tmp_path / 'cache'}",
-                   "clients=5", "participation=0.4", "rounds=1", "eval.new_clients.steps=2", "model.channels=[4,8]",
-                   "model.hidden=[16]", "model.modulator_hidden=[8,8]", "batch_size=4")
-    assert (cfg.dataset.name, cfg.partition.name, cfg.algorithm.name, cfg.algorithm.inner_steps, cfg.cafeme_column) == \
-        ("femnist", "natural", "cafeme", 8, "FEMNIST")
+    cfg = make_cfg(
+        "+experiment=cafeme/table2",
+        f"data_root={tmp_path / 'data'}",
+        f"cache_dir={tmp_path / 'cache'}",
+        "clients=5",
+        "participation=0.4",
+        "rounds=1",
+        "eval.new_clients.steps=2",
+        "model.channels=[4,8]",
+        "model.hidden=[16]",
+        "model.modulator_hidden=[8,8]",
+        "batch_size=4",
+    )
+    assert (cfg.dataset.name, cfg.partition.name, cfg.algorithm.name, cfg.algorithm.inner_steps, cfg.cafeme_column) == (
+        "femnist",
+        "natural",
+        "cafeme",
+        8,
+        "FEMNIST",
+    )
     s = Run(cfg, tmp_path / "run").execute()
     assert s["status"] == "complete" and len(s["newclients/curve"]) == 3 and len(s["newclients/clients"]) == 1
 
@@ -137,7 +155,9 @@ def test_absent_data_is_one_line_naming_leafs_layout(tmp_path):
         Run(cfg, tmp_path / "run").setup()
     msg = str(e.value)
     assert e.value.key == "dataset.root" and "\n" not in msg
-    assert "femnist/data/{train,test}/*.json" in msg and '"user_data"' in msg and str(tmp_path / "femnist" / "data") in msg
+    assert (
+        "femnist/data/{train,test}/*.json" in msg and '"user_data"' in msg and str(tmp_path / "femnist" / "data") in msg
+    )
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
 
 
@@ -145,7 +165,7 @@ def test_a_file_that_is_not_leaf_is_named(tmp_path):
     write_leaf(tmp_path)
     bad = tmp_path / "femnist" / "data" / "train" / "all_data_0_niid_1_keep_0_train_9.json"
     node = json.loads(bad.read_text())
-    node["user_data"]["f0042_17"]["x"][0][5] = 0.5                   # not a multiple of 1/255
+    node["user_data"]["f0042_17"]["x"][0][5] = 0.5  # not a multiple of 1/255
     bad.write_text(json.dumps(node))
     with pytest.raises(ConfigError, match="multiples of 1/255"):
         load_dataset(_dataset_cfg(tmp_path), tmp_path / "cache")

@@ -1,4 +1,5 @@
 """The class-wise forgetting degree τ (FedKA Eq. 1), a diagnostic for any method with a global model."""
+
 from __future__ import annotations
 
 import json
@@ -14,9 +15,13 @@ from fedbench.run import Run
 
 def test_class_groups_on_hand_made_counts():
     """Def. 1–2: dominant if n^k/n ≥ γ (boundary included), non-dominant if 0 < n^k/n < γ, missing if n^k = 0."""
-    counts = np.array([[50, 30, 10, 9, 1, 0],      # n = 100, γ = 0.1: 0.5 0.3 0.1 0.09 0.01 0
-                       [0, 0, 0, 4, 0, 0],         # a single class: dominant, the rest missing
-                       [0, 0, 0, 0, 0, 0]])        # no data at all: everything missing
+    counts = np.array(
+        [
+            [50, 30, 10, 9, 1, 0],  # n = 100, γ = 0.1: 0.5 0.3 0.1 0.09 0.01 0
+            [0, 0, 0, 4, 0, 0],  # a single class: dominant, the rest missing
+            [0, 0, 0, 0, 0, 0],
+        ]
+    )  # no data at all: everything missing
     D, N, M = DOMINANT, NON_DOMINANT, MISSING
     assert class_groups(counts, 0.1).tolist() == [[D, D, D, N, N, M], [M, M, M, D, M, M], [M] * 6]
     assert class_groups(counts, 0.35).tolist()[0] == [D, N, N, N, N, M]
@@ -24,11 +29,10 @@ def test_class_groups_on_hand_made_counts():
 
 def test_forgetting_degree_on_scripted_accuracies():
     acc_g = np.array([0.8, 0.5, 0.0, 1.0])
-    acc_l = np.array([[0.4, 0.5, 0.3, 0.0],
-                      [0.8, 0.75, 0.0, 1.0]])
+    acc_l = np.array([[0.4, 0.5, 0.3, 0.0], [0.8, 0.75, 0.0, 1.0]])
     tau = forgetting_degree(acc_g, acc_l, xi=1e-8)
     expected = [[0.4 / 0.8, 0.0, -0.3 / 1e-8, 1.0], [0.0, -0.25 / 0.5, 0.0, 0.0]]
-    assert np.allclose(tau, expected, rtol=1e-6)     # τ ≤ 1; 1 = complete forgetting; < 0 = improvement
+    assert np.allclose(tau, expected, rtol=1e-6)  # τ ≤ 1; 1 = complete forgetting; < 0 = improvement
 
 
 def test_forgetting_per_class_type_on_a_hand_made_confusion_history():
@@ -37,19 +41,22 @@ def test_forgetting_per_class_type_on_a_hand_made_confusion_history():
     model gets wholly wrong (acc_g = 0: denominator ξ) has τ = −acc_l/ξ ≈ −10⁷ per cell; it must not swamp its type
     (a plain mean of τ did: dominant ≈ −5·10⁶ in round 1 below)."""
     D, N, M, xi = DOMINANT, NON_DOMINANT, MISSING, 1e-8
-    total = np.array([10, 20, 5, 4])                        # test samples per class
+    total = np.array([10, 20, 5, 4])  # test samples per class
     groups = np.array([[N, D, D, M], [D, M, N, D]])
-    history = {   # round: (global model's correct per class, each client's local model's correct per class; None = absent)
+    history = {  # round: (global model's correct per class, each client's local model's correct per class;
+        # None = absent)
         1: ([5, 0, 5, 2], [[1, 4, 5, 0], [10, 0, 1, 2]]),
         2: ([10, 10, 0, 4], [[2, 20, 0, 0], None]),
     }
-    expected_tau = {1: [[0.8, -0.2 / xi, 0.0, 1.0], [-1.0, 0.0, 0.8, 0.0]],
-                    2: [[0.8, -1.0, 0.0, 1.0], [np.nan] * 4]}
+    expected_tau = {1: [[0.8, -0.2 / xi, 0.0, 1.0], [-1.0, 0.0, 0.8, 0.0]], 2: [[0.8, -1.0, 0.0, 1.0], [np.nan] * 4]}
     # round 1: dominant cells (0,1) (0,2) (1,0) (1,3): acc_g 0, 1, .5, .5 (mean .5), acc_l .2, 1, 1, .5 (mean .675)
-    #          non-dominant (0,0) (1,2): acc_g .5, 1 -> .75, acc_l .1, .2 -> .15; missing (0,3) (1,1): .5, 0 -> .25 vs 0, 0
+    #          non-dominant (0,0) (1,2): acc_g .5, 1 -> .75, acc_l .1, .2 -> .15;
+    #          missing (0,3) (1,1): .5, 0 -> .25 vs 0, 0
     # round 2 (client 1 absent): dominant (0,1) (0,2): acc_g .5, 0 -> .25, acc_l 1, 0 -> .5; non-dominant .8; missing 1
-    expected_type = {1: {"dominant": (0.5 - 0.675) / 0.5, "non_dominant": 0.6 / 0.75, "missing": 1.0},
-                     2: {"dominant": -1.0, "non_dominant": 0.8, "missing": 1.0}}
+    expected_type = {
+        1: {"dominant": (0.5 - 0.675) / 0.5, "non_dominant": 0.6 / 0.75, "missing": 1.0},
+        2: {"dominant": -1.0, "non_dominant": 0.8, "missing": 1.0},
+    }
     for t, (glob, local) in history.items():
         acc_g = np.array(glob) / total
         acc_l = np.array([np.array(c) / total if c is not None else [np.nan] * 4 for c in local])
@@ -67,8 +74,17 @@ def test_forgetting_per_class_type_on_a_hand_made_confusion_history():
 def test_tau_compares_round_start_global_model_with_the_trained_local_model(tmp_path):
     """One client: its trained local model IS the next global model, so τ of round t must equal Eq. 1
     applied to the evaluator's global class accuracies of rounds t−1 and t."""
-    s = run_cfg(make_cfg("algorithm=fedavg", "clients=1", "rounds=2", "eval.forgetting.enabled=true",
-                         "eval.forgetting.draw_every=1", "hardware.precision=fp64"), tmp_path)
+    s = run_cfg(
+        make_cfg(
+            "algorithm=fedavg",
+            "clients=1",
+            "rounds=2",
+            "eval.forgetting.enabled=true",
+            "eval.forgetting.draw_every=1",
+            "hardware.precision=fp64",
+        ),
+        tmp_path,
+    )
     assert s["status"] == "complete"
     rows = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
     class_acc = {r["round"]: np.array(r["global/class_acc"]) for r in rows if "global/class_acc" in r}
@@ -78,14 +94,24 @@ def test_tau_compares_round_start_global_model_with_the_trained_local_model(tmp_
         assert np.allclose(tau[0], forgetting_degree(class_acc[t - 1], class_acc[t][None], 1e-8)[0], rtol=1e-9)
         assert (tmp_path / "diagnostics" / "forgetting" / f"round_{t:05d}.png").exists()
     logged = next(r for r in rows if r["round"] == 2 and "forgetting/dominant" in r)
-    g, local = class_acc[1], class_acc[2]                 # one client: every class dominant
+    g, local = class_acc[1], class_acc[2]  # one client: every class dominant
     assert logged["forgetting/dominant"] == pytest.approx((g.mean() - local.mean()) / (g.mean() + 1e-8), rel=1e-9)
 
 
 def test_forgetting_for_partial_participation_and_other_methods(tmp_path):
     """Non-participants get NaN rows; the grouping uses γ; saved every `every` rounds and after the last."""
-    run = Run(make_cfg("algorithm=fedka", "partition.alpha=0.1", "participation=0.6", "rounds=3",
-                       "eval.forgetting.enabled=true", "eval.forgetting.every=2", "eval.forgetting.draw_every=0"), tmp_path)
+    run = Run(
+        make_cfg(
+            "algorithm=fedka",
+            "partition.alpha=0.1",
+            "participation=0.6",
+            "rounds=3",
+            "eval.forgetting.enabled=true",
+            "eval.forgetting.every=2",
+            "eval.forgetting.draw_every=0",
+        ),
+        tmp_path,
+    )
     run.execute()
     d = tmp_path / "diagnostics" / "forgetting"
     assert sorted(p.name for p in d.glob("round_*.npy")) == ["round_00002.npy", "round_00003.npy"]
@@ -95,7 +121,7 @@ def test_forgetting_for_partial_participation_and_other_methods(tmp_path):
     assert np.isfinite(tau[participants]).all()
     assert np.isnan(np.delete(tau, participants, axis=0)).all()
     groups = np.load(d / "class_groups.npy")
-    assert np.array_equal(groups, class_groups(run.data.counts, run.cfg.algorithm.gamma))   # FedKA's γ is reused
+    assert np.array_equal(groups, class_groups(run.data.counts, run.cfg.algorithm.gamma))  # FedKA's γ is reused
 
 
 def test_methods_without_a_global_model_log_nothing(tmp_path):

@@ -4,6 +4,7 @@ the summary. On the machine that recorded them (same CPU and torch) every number
 refactor that changes one number fails here. On another machine BLAS kernels may sum in another order: fp64 is then
 compared to 1e-7 (relative) and fp32 is not compared. `python scripts/golden.py` prints the differences;
 `--write` records the file again (only for a change meant to change numbers)."""
+
 from __future__ import annotations
 
 import importlib.util

@@ -1,5 +1,6 @@
 """conf/hardware: explicit numerics (tf32, deterministic), channels_last only where it helps, the memory budget
 wired through a run, and the per-round state snapshot kept in host memory."""
+
 from __future__ import annotations
 
 import os
@@ -30,18 +31,20 @@ def _setup(tmp_path, *overrides):
 def test_deterministic_is_strict_and_sets_cublas_workspace(tmp_path, restore_numerics):
     _setup(tmp_path / "a", "hardware.deterministic=true")
     assert torch.are_deterministic_algorithms_enabled()
-    assert not torch.is_deterministic_algorithms_warn_only_enabled()   # strict: an op without a deterministic kernel raises
+    assert (
+        not torch.is_deterministic_algorithms_warn_only_enabled()
+    )  # strict: an op without a deterministic kernel raises
     assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
     assert torch.backends.cudnn.deterministic and not torch.backends.cudnn.benchmark
     _setup(tmp_path / "b", "hardware.deterministic=false")
     assert not torch.are_deterministic_algorithms_enabled() and not torch.backends.cudnn.deterministic
-    assert not torch.backends.cudnn.benchmark   # cuDNN benchmarking only on a GPU
+    assert not torch.backends.cudnn.benchmark  # cuDNN benchmarking only on a GPU
 
 
 def test_tf32_is_off_unless_asked(tmp_path, restore_numerics):
     numerics.set_tf32(True)
     _setup(tmp_path / "a")
-    assert numerics.tf32_flags() == {"matmul": "ieee", "cudnn_conv": "ieee"}   # torch's default has TF32 convolutions
+    assert numerics.tf32_flags() == {"matmul": "ieee", "cudnn_conv": "ieee"}  # torch's default has TF32 convolutions
     _setup(tmp_path / "b", "hardware.tf32=true")
     assert numerics.tf32_flags() == {"matmul": "tf32", "cudnn_conv": "tf32"}
 
@@ -49,12 +52,14 @@ def test_tf32_is_off_unless_asked(tmp_path, restore_numerics):
 @pytest.mark.parametrize("executor,expected", [("sequential", True), ("vectorized", False)])
 def test_channels_last_only_for_the_sequential_executor_on_the_cpu(tmp_path, executor, expected):
     run = _setup(tmp_path, "model=tiny_cnn", f"hardware.executor={executor}", "hardware.channels_last=true")
-    w = next(p for p in run.fm.net.parameters() if p.dim() == 4 and p.shape[1] > 1)   # a conv with >1 input channel
+    w = next(p for p in run.fm.net.parameters() if p.dim() == 4 and p.shape[1] > 1)  # a conv with >1 input channel
     assert run.executor.channels_last is expected
     assert w.is_contiguous(memory_format=torch.channels_last) is expected and w.is_contiguous() is not expected
 
 
-@pytest.mark.parametrize("key,value", [("hardware.tf32", "yes"), ("hardware.max_memory", -1), ("hardware.max_memory", "lots")])
+@pytest.mark.parametrize(
+    "key,value", [("hardware.tf32", "yes"), ("hardware.max_memory", -1), ("hardware.max_memory", "lots")]
+)
 def test_bad_hardware_values_fail_before_training(tmp_path, key, value):
     with pytest.raises(ConfigError, match=key):
         Run(make_cfg(f"{key}={value}"), tmp_path).setup()
@@ -89,5 +94,7 @@ def test_round_snapshots_are_private_host_copies(tmp_path):
     run.loggers = _Loggers()
     snap = run.checkpointer.snapshot(0)["state"]["algorithm"]
     live = run.algorithm.state_dict()
-    assert all(v.device.type == "cpu" and v.untyped_storage().data_ptr() != live["w"][k].untyped_storage().data_ptr()
-               for k, v in snap["w"].items())
+    assert all(
+        v.device.type == "cpu" and v.untyped_storage().data_ptr() != live["w"][k].untyped_storage().data_ptr()
+        for k, v in snap["w"].items()
+    )

@@ -1,5 +1,6 @@
 """IFCA: clusters start from different initialisations, each client joins its lowest-loss cluster,
 and each cluster model becomes the mean of the models trained from it."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -10,8 +11,17 @@ from conftest import make_cfg
 from fedbench.engine.stack import rows
 from fedbench.run import Run
 
-BASE = ["algorithm=ifca", "algorithm.clusters=3", "model=mlp", "hardware.precision=fp64", "clients=6", "batch_size=8",
-        "partition=shards", "partition.num_shards=6", "partition.shards_per_client=1"]   # one class-sorted shard per client
+BASE = [
+    "algorithm=ifca",
+    "algorithm.clusters=3",
+    "model=mlp",
+    "hardware.precision=fp64",
+    "clients=6",
+    "batch_size=8",
+    "partition=shards",
+    "partition.num_shards=6",
+    "partition.shards_per_client=1",
+]  # one class-sorted shard per client
 
 
 def _run(tmp_path, *overrides) -> Run:
@@ -31,13 +41,20 @@ def _favour(algo, j, k):
 def test_each_client_joins_its_lowest_loss_cluster(tmp_path):
     run = _run(tmp_path)
     algo, data = run.algorithm, run.data
-    assert not torch.allclose(algo.W["head.0.weight"][0], algo.W["head.0.weight"][1])   # independent inits
+    assert not torch.allclose(algo.W["head.0.weight"][0], algo.W["head.0.weight"][1])  # independent inits
     _favour(algo, 0, 0)
     _favour(algo, 2, 5)
-    for k in range(6):   # hand-computed F_k(θ_j): sum of the mini-batch cross-entropies on the train split
+    for k in range(6):  # hand-computed F_k(θ_j): sum of the mini-batch cross-entropies on the train split
         idx = data.tensor(data.train_idx[k])
-        losses = [sum(F.cross_entropy(run.fm({n: v[j] for n, v in algo.W.items()}, {}, data.x[idx[i:i + 8]]),
-                                      data.y[idx[i:i + 8]]).item() for i in range(0, len(idx), 8)) for j in range(3)]
+        losses = [
+            sum(
+                F.cross_entropy(
+                    run.fm({n: v[j] for n, v in algo.W.items()}, {}, data.x[idx[i : i + 8]]), data.y[idx[i : i + 8]]
+                ).item()
+                for i in range(0, len(idx), 8)
+            )
+            for j in range(3)
+        ]
         assert algo.cluster_losses(torch.tensor([k]))[0].tolist() == losses
     assign = algo.assign(torch.arange(6)).tolist()
     assert assign[0] == 0 and assign[5] == 2
@@ -46,13 +63,13 @@ def test_each_client_joins_its_lowest_loss_cluster(tmp_path):
 
 def test_cluster_models_are_the_means_of_their_clients(tmp_path):
     run = _run(tmp_path, "optim.momentum=0.0")
-    algo, data = run.algorithm, run.data
+    algo = run.algorithm
     _favour(algo, 0, 1)
     _favour(algo, 1, 3)
     clients = torch.tensor([1, 3, 4])
     j = algo.assign(clients)
     before = {n: v.clone() for n, v in algo.W.items()}
-    local = algo.local_train(1, clients, (rows(before, j), rows(algo.WB, j)), algo.train_spec)   # what the round trains
+    local = algo.local_train(1, clients, (rows(before, j), rows(algo.WB, j)), algo.train_spec)  # what the round trains
     algo.round(1, clients)
     for c in range(3):
         members = (j == c).nonzero().flatten()

@@ -18,6 +18,7 @@ The layers, bottom to top (a module may import its own layer and the layers belo
 Every import counts: top-level, lazy (inside a function) and typing-only ones. Within a layer imports are free
 (the registries import their members, which import the registry). A module missing from the map fails the test.
 """
+
 from __future__ import annotations
 
 import ast
@@ -27,7 +28,7 @@ from conftest import REPO
 
 PACKAGE = REPO / "fedbench"
 
-LAYERS: list[tuple[str, tuple[str, ...]]] = [   # bottom to top; names under fedbench ("" = the package itself)
+LAYERS: list[tuple[str, tuple[str, ...]]] = [  # bottom to top; names under fedbench ("" = the package itself)
     ("foundation", ("errors", "checks", "seeding", "preemption")),
     ("files", ("files", "plots")),
     ("blocks", ("data", "models")),
@@ -81,7 +82,7 @@ def imports(module: str) -> list[tuple[int, str, str]]:
                 source = node.module or ""
             if source.split(".")[0] != "fedbench":
                 continue
-            for a in node.names:   # `from . import seeding` imports the module fedbench.seeding
+            for a in node.names:  # `from . import seeding` imports the module fedbench.seeding
                 target = f"{source}.{a.name}" if f"{source}.{a.name}" in MODULES else source
                 out.append((node.lineno, target, a.name))
     return out
@@ -95,8 +96,14 @@ def backward_imports() -> list[tuple[str, str, str]]:
         for line, target in sorted({(line, target) for line, target, _ in imports(module)}):
             theirs = layer_of(target)
             if mine is not None and theirs is not None and theirs > mine:
-                found.append((module, target, f"{path.relative_to(REPO)}:{line} imports {target} (layer "
-                                              f"{LAYERS[theirs][0]}) from layer {LAYERS[mine][0]}"))
+                found.append(
+                    (
+                        module,
+                        target,
+                        f"{path.relative_to(REPO)}:{line} imports {target} (layer "
+                        f"{LAYERS[theirs][0]}) from layer {LAYERS[mine][0]}",
+                    )
+                )
     return found
 
 
@@ -118,9 +125,13 @@ def test_known_backward_imports_still_exist():
 
 def test_algorithms_import_no_private_names_of_other_modules():
     """An algorithm uses another module's public helpers only (ecl.py imported engine.functional's ``_sub``)."""
-    bad = [f"{MODULES[m].relative_to(REPO)}:{line} imports {name} from {target}" for m in MODULES
-           if m.startswith("fedbench.algorithms") for line, target, name in imports(m)
-           if name.startswith("_") and target != m]
+    bad = [
+        f"{MODULES[m].relative_to(REPO)}:{line} imports {name} from {target}"
+        for m in MODULES
+        if m.startswith("fedbench.algorithms")
+        for line, target, name in imports(m)
+        if name.startswith("_") and target != m
+    ]
     assert not bad, "\n".join(bad)
 
 
@@ -130,6 +141,6 @@ def test_the_layer_check_sees_lazy_relative_and_absolute_imports():
     found = {target for _, target, _ in imports("fedbench.engine.functional")}
     assert "fedbench.models" in found and "fedbench.engine.masking" in found, (path, found)
     lazy = {(target, name) for _, target, name in imports("fedbench.config")}
-    assert ("fedbench.algorithms", "ALGORITHMS") in lazy   # inside validate()
+    assert ("fedbench.algorithms", "ALGORITHMS") in lazy  # inside validate()
     assert ("fedbench.errors", "ConfigError") in {(t, n) for _, t, n in imports("fedbench.data.datasets")}  # absolute
     assert layer_of("fedbench.algorithms.base") < layer_of("fedbench.algorithms.ecl") < layer_of("fedbench.config")

@@ -1,5 +1,6 @@
 """MOON: ℓ_con on hand-made vectors, the full local loss against an independent nn.Module computation
 (references in eval mode, untouched), the previous-model bookkeeping, executor equivalence."""
+
 from __future__ import annotations
 
 import copy
@@ -50,7 +51,9 @@ def test_moon_model_has_the_papers_projection_head():
     assert [(m.in_features, m.out_features) for m in linears] == [(128, 128), (128, 256)]
     assert any(isinstance(m, torch.nn.ReLU) for m in projection)
     assert (classifier.in_features, classifier.out_features) == (256, 10)
-    assert run.fm.names("classifier") == [n for n in run.fm.param_names if n.startswith(f"head.{len(run.fm.net.head) - 1}.")]
+    assert run.fm.names("classifier") == [
+        n for n in run.fm.param_names if n.startswith(f"head.{len(run.fm.net.head) - 1}.")
+    ]
 
 
 def test_local_loss_is_ce_plus_mu_contrastive_on_the_projection_with_eval_mode_references(tmp_path):
@@ -62,11 +65,11 @@ def test_local_loss_is_ce_plus_mu_contrastive_on_the_projection_with_eval_mode_r
     run = setup_run(tmp_path, "moon", "model=tiny_cnn", f"algorithm.mu={mu}", f"algorithm.tau={tau}")
     algo, fm = run.algorithm, run.fm
     w_loc, w_prev = perturbed(algo.w, 0.05, 1), perturbed(algo.w, 0.05, 2)
-    bn_prev = {k: (v + 0.1 if v.is_floating_point() else v) for k, v in algo.bn.items()}   # distinct running stats
+    bn_prev = {k: (v + 0.1 if v.is_floating_point() else v) for k, v in algo.bn.items()}  # distinct running stats
     x, y = batch(run, n=12)
     ctx = {"w_global": algo.w, "bn_global": algo.bn, **tagged(w_prev, "w_prev"), **tagged(bn_prev, "bn_prev")}
     before = [{k: v.clone() for k, v in d.items()} for d in (algo.bn, bn_prev)]
-    bn_loc = {k: v.clone() for k, v in algo.bn.items()}            # the local model's own statistics (updated)
+    bn_loc = {k: v.clone() for k, v in algo.bn.items()}  # the local model's own statistics (updated)
     got = algo.local_loss(fm, w_loc, bn_loc, x, y, ctx)
 
     def z_of(net, x):
@@ -83,7 +86,7 @@ def test_local_loss_is_ce_plus_mu_contrastive_on_the_projection_with_eval_mode_r
     l_con = (-(pos / tau) + torch.logsumexp(torch.stack([pos, neg], 1) / tau, 1)).mean()
     expected = F.cross_entropy(_moon_parts(local)[2](z), y) + mu * l_con
     assert torch.allclose(got, expected, atol=1e-12, rtol=0)
-    assert abs(l_con.item() - math.log(2)) > 1e-3                 # the contrastive term is non-trivial here
+    assert abs(l_con.item() - math.log(2)) > 1e-3  # the contrastive term is non-trivial here
     for now, then in zip((algo.bn, bn_prev), before):
         assert all(torch.equal(now[k], then[k]) for k in now)
 
@@ -100,9 +103,9 @@ def test_other_methods_keep_their_model_and_moon_shares_its_initial_layers(tmp_p
     for a in ("fedprox", "moon_rema"):
         assert all(torch.equal(init[a][k], init["fedavg"][k]) for k in init["fedavg"])
     moon = init["moon"]
-    shared = [k for k in init["fedavg"] if k not in classifier["fedavg"]]      # all but the classifier Linear
+    shared = [k for k in init["fedavg"] if k not in classifier["fedavg"]]  # all but the classifier Linear
     assert all(torch.equal(moon[k], init["fedavg"][k]) for k in shared)
-    assert len(moon) == len(init["fedavg"]) + 4                               # + projection Linear(d, d), Linear(d, 256)
+    assert len(moon) == len(init["fedavg"]) + 4  # + projection Linear(d, d), Linear(d, 256)
     assert moon[classifier["moon"][0]].shape == (10, 256)
 
 
@@ -118,7 +121,7 @@ def test_previous_model_is_the_clients_last_trained_model(tmp_path):
         assert torch.equal(algo.prev_w[k][0], w0[k]) and torch.equal(algo.prev_w[k][2], w0[k])
     # the global model is the n_k-weighted average of the two previous (= trained) models
     n = algo.n[clients].to(torch.float64)
-    for k in w0:     # every parameter, MOON's projection head included, is trained and averaged like the body
+    for k in w0:  # every parameter, MOON's projection head included, is trained and averaged like the body
         avg = (n[0] * algo.prev_w[k][1] + n[1] * algo.prev_w[k][3]) / n.sum()
         assert torch.allclose(algo.w[k], avg, atol=1e-12), k
         assert not torch.equal(algo.w[k], w0[k]), k
@@ -141,8 +144,8 @@ def test_resumed_moon_run_rebuilds_the_projection_head_and_equals_uninterrupted(
     args = ["algorithm=moon", "hardware.precision=fp64", "rounds=2", "checkpoint.every=1", "checkpoint.keep_complete=1"]
     full = Run(make_cfg(*args), tmp_path)
     full.execute()
-    assert (tmp_path / "checkpoints" / "round_000001.pt").exists()   # kept (checkpoint.keep_complete=1)
-    (tmp_path / "summary.json").unlink()                  # as if killed during round 2
+    assert (tmp_path / "checkpoints" / "round_000001.pt").exists()  # kept (checkpoint.keep_complete=1)
+    (tmp_path / "summary.json").unlink()  # as if killed during round 2
     status = json.loads((tmp_path / "status.json").read_text())
     (tmp_path / "status.json").write_text(json.dumps({**status, "status": "running"}))
     resumed = Run(make_cfg(*args, "resume=true"), tmp_path)

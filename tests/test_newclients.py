@@ -1,5 +1,6 @@
 """The new-client protocol: held-out clients never train, fine-tuning reads only their train split,
 the curve's points equal a hand computation, and which algorithms fine-tune."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -58,8 +59,8 @@ def test_finetuning_never_reads_the_test_split(tmp_path):
     curves2 = nc.curves(algo, 1)
     for n, v in models.items():
         assert torch.equal(v, nc.final_models[0][n]), n
-    assert not np.array_equal(curves, curves2)          # the test split is what is scored
-    for m, k in enumerate(nc.ids):                        # and what is trained on is the train split
+    assert not np.array_equal(curves, curves2)  # the test split is what is scored
+    for m, k in enumerate(nc.ids):  # and what is trained on is the train split
         used = torch.cat([b for b in nc.schedule(1, 3)[m]]).cpu().numpy()
         assert set(used) <= set(data.train_idx[k]) and not set(used) & set(data.test_idx[k])
 
@@ -68,20 +69,34 @@ def test_curve_equals_hand_computation(tmp_path):
     """Accuracy = mean over shuffled test batches of size B (size-1 batches skipped) before every step; step s is
     plain SGD at lr·0.8^(s//5) on the s-th train batch, starting from the global model."""
     S, lr, B = 6, 0.2, 8
-    run = _run(tmp_path, "algorithm=fedavg_ft", f"eval.new_clients.steps={S}", f"eval.new_clients.lr={lr}",
-               f"batch_size={B}", "eval.new_clients.lr_decay_every=5", "eval.new_clients.lr_decay=0.8")
+    run = _run(
+        tmp_path,
+        "algorithm=fedavg_ft",
+        f"eval.new_clients.steps={S}",
+        f"eval.new_clients.lr={lr}",
+        f"batch_size={B}",
+        "eval.new_clients.lr_decay_every=5",
+        "eval.new_clients.lr_decay=0.8",
+    )
     nc, algo, data, fm = run.new_clients, run.algorithm, run.data, run.fm
     curves = nc.curves(algo, 7)
     m, k = 1, int(nc.ids[1])
     p = {n: v.clone() for n, v in algo.w.items()}
     train = data.train_idx[k]
-    batches = client_batches(train, min(B, len(train)), seeding.rng(run.cfg.seed, "batches", "new_clients", 7, k),
-                             steps=S, drop_last=True)
+    batches = client_batches(
+        train, min(B, len(train)), seeding.rng(run.cfg.seed, "batches", "new_clients", 7, k), steps=S, drop_last=True
+    )
     for s in range(S + 1):
         test = data.test_idx[k]
         order = test[seeding.rng(run.cfg.seed, "new_clients_test", 7, s, k).permutation(len(test))]
-        accs = [(fm(p, algo.bn, data.x[data.tensor(order[i:i + B])]).argmax(1) == data.y[data.tensor(order[i:i + B])])
-                .double().mean().item() for i in range(0, len(order), B) if len(order[i:i + B]) > 1]
+        accs = [
+            (fm(p, algo.bn, data.x[data.tensor(order[i : i + B])]).argmax(1) == data.y[data.tensor(order[i : i + B])])
+            .double()
+            .mean()
+            .item()
+            for i in range(0, len(order), B)
+            if len(order[i : i + B]) > 1
+        ]
         assert curves[m, s] == pytest.approx(np.mean(accs), abs=1e-12)
         if s < S:
             q = {n: v.clone().requires_grad_(True) for n, v in p.items()}
@@ -96,8 +111,18 @@ def test_curve_equals_hand_computation(tmp_path):
 def test_which_algorithms_fine_tune(tmp_path, algorithm, steps):
     """Table 1: FedAvg and IFCA are scored on their start model, their -FT rows after S steps; summary has the curve."""
     extra = ["algorithm.clusters=2"] if algorithm.startswith("ifca") else []
-    s = run_cfg(make_cfg(*NC, f"algorithm={algorithm}", "eval.new_clients.steps=4", "rounds=1", "eval.personalized=false",
-                         "eval.global_model=false", *extra), tmp_path)
+    s = run_cfg(
+        make_cfg(
+            *NC,
+            f"algorithm={algorithm}",
+            "eval.new_clients.steps=4",
+            "rounds=1",
+            "eval.personalized=false",
+            "eval.global_model=false",
+            *extra,
+        ),
+        tmp_path,
+    )
     assert len(s["newclients/curve"]) == steps + 1 and s["newclients/steps"] == steps
     assert s["newclients/acc"] == pytest.approx(s["newclients/curve"][-1])
     assert s["metrics"]["newclients/acc"]["last"] == pytest.approx(s["newclients/acc"])
@@ -105,14 +130,24 @@ def test_which_algorithms_fine_tune(tmp_path, algorithm, steps):
 
 
 def test_cafeme_uses_its_own_finetuning_lr(tmp_path):
-    run = _run(tmp_path, "algorithm=cafeme", "model=cafeme_mnist", "model.channels=[4,8]", "model.kernel_size=3",
-               "model.padding=1", "eval.new_clients.lr=0.001", "eval.new_clients.lr_pfl=0.05")
+    run = _run(
+        tmp_path,
+        "algorithm=cafeme",
+        "model=cafeme_mnist",
+        "model.channels=[4,8]",
+        "model.kernel_size=3",
+        "model.padding=1",
+        "eval.new_clients.lr=0.001",
+        "eval.new_clients.lr_pfl=0.05",
+    )
     assert run.new_clients.lr_for(run.algorithm) == 0.05
     base = _run(tmp_path / "b", "algorithm=fedavg_ft", "eval.new_clients.lr=0.001", "eval.new_clients.lr_pfl=0.05")
     assert base.new_clients.lr_for(base.algorithm) == 0.001
 
 
-@pytest.mark.parametrize("key,value", [("fraction", 0.0), ("fraction", 0.01), ("steps", -1), ("lr", 0), ("lr_decay_every", 0)])
+@pytest.mark.parametrize(
+    "key,value", [("fraction", 0.0), ("fraction", 0.01), ("steps", -1), ("lr", 0), ("lr_decay_every", 0)]
+)
 def test_bad_values_fail_before_training(tmp_path, key, value):
     with pytest.raises(ConfigError) as e:
         _run(tmp_path, "algorithm=fedavg", f"eval.new_clients.{key}={value}")
@@ -124,7 +159,7 @@ def test_a_test_batch_of_one_sample_is_skipped(tmp_path):
     split is one batch of n - 1 samples and one of 1 sample, and its accuracy is that of the first batch alone."""
     probe = _run(tmp_path / "probe", "algorithm=fedavg")
     m, k = 0, int(probe.new_clients.ids[0])
-    n = len(probe.data.test_idx[k])                                        # the same split in the run below (seed)
+    n = len(probe.data.test_idx[k])  # the same split in the run below (seed)
     assert n >= 4
     run = _run(tmp_path, "algorithm=fedavg", f"eval.new_clients.batch_size={n - 1}")
     nc, algo, data, fm = run.new_clients, run.algorithm, run.data, run.fm
@@ -134,8 +169,8 @@ def test_a_test_batch_of_one_sample_is_skipped(tmp_path):
     first, last = data.tensor(order[:-1]), data.tensor(order[-1:])
     correct = [(fm(algo.w, algo.bn, data.x[i]).argmax(1) == data.y[i]).double() for i in (first, last)]
     with_single = (correct[0].mean() + correct[1].mean()).item() / 2
-    assert correct[0].mean().item() != pytest.approx(with_single)         # the rule changes the number here
-    M = len(nc.ids)                                                        # every new client scores the global model
+    assert correct[0].mean().item() != pytest.approx(with_single)  # the rule changes the number here
+    M = len(nc.ids)  # every new client scores the global model
     support = [data.tensor(data.train_idx[int(j)][:2]) for j in nc.ids]
     acc = nc.accuracy(algo, broadcast(algo.w, M), broadcast(algo.bn, M), support, 3, 0)
     assert float(acc[m]) == pytest.approx(correct[0].mean().item(), abs=1e-12)

@@ -1,5 +1,6 @@
 """partition.seed: the seed of the data split (partition draw + per-client train/test split), apart from the training
 seed — FedReMa's 5 runs per cell keep one split (its code generates the dataset once) and vary only the training."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -32,10 +33,11 @@ def test_default_partition_seed_is_the_run_seed_and_draws_the_same_split_as_befo
     assert run.cfg.partition.seed == 3
     cfg = run.cfg
     ds = load_dataset(cfg.dataset, cache_dir=cfg.cache_dir)
-    before = make_partition(cfg.partition, ds.y.numpy(), ds.n_train, ds.num_classes, int(cfg.clients),
-                            seeding.rng(3, "partition"))
+    before = make_partition(
+        cfg.partition, ds.y.numpy(), ds.n_train, ds.num_classes, int(cfg.clients), seeding.rng(3, "partition")
+    )
     assert _split(run) == ([a.tolist() for a in before.train], [a.tolist() for a in before.test])
-    assert _split(run) != _split(_setup(tmp_path / "s4", "seed=4"))          # and the run seed still moves it
+    assert _split(run) != _split(_setup(tmp_path / "s4", "seed=4"))  # and the run seed still moves it
 
 
 def test_a_fixed_partition_seed_keeps_the_split_while_the_training_seed_changes(tmp_path):
@@ -44,7 +46,7 @@ def test_a_fixed_partition_seed_keeps_the_split_while_the_training_seed_changes(
     assert _split(a) == _split(b)
     assert np.array_equal(a.data.counts, b.data.counts)
     name = next(iter(a.initial_params))
-    assert not torch.equal(a.initial_params[name], b.initial_params[name])   # the training seed still acts
+    assert not torch.equal(a.initial_params[name], b.initial_params[name])  # the training seed still acts
     assert _split(a) != _split(_setup(tmp_path / "c", "seed=0", "partition.seed=8"))
 
 

@@ -1,4 +1,5 @@
 """Facts about the client partitions (fedbench/data/partitions.py) on synthetic labels."""
+
 from pathlib import Path
 
 import numpy as np
@@ -12,8 +13,9 @@ from fedbench.seeding import rng
 CONF = Path(__file__).resolve().parents[1] / "conf" / "partition"
 C = 10
 # pool: 600 train samples per class (shuffled order), then 100 test samples per class
-LABELS = np.concatenate([np.random.default_rng(0).permutation(np.repeat(np.arange(C), 600)),
-                         np.repeat(np.arange(C), 100)])
+LABELS = np.concatenate(
+    [np.random.default_rng(0).permutation(np.repeat(np.arange(C), 600)), np.repeat(np.arange(C), 100)]
+)
 N_TRAIN = 6000
 
 
@@ -36,8 +38,7 @@ def check_common(p, labels=LABELS, n_train=N_TRAIN, disjoint=True, complete=Fals
     assert p.counts.dtype == np.int64 and np.array_equal(p.counts, hist)
     if disjoint:  # train ∪ test of the clients: no sample in two places
         # local hold-outs come from the client's own samples; official-test draws may be shared
-        own = [np.concatenate([tr, te]) if te.min(initial=n_train) < n_train else tr
-               for tr, te in zip(p.train, p.test)]
+        own = [np.concatenate([tr, te]) if te.min(initial=n_train) < n_train else tr for tr, te in zip(p.train, p.test)]
         allidx = np.concatenate(own)
         assert len(np.unique(allidx)) == len(allidx)
         if complete:
@@ -55,10 +56,19 @@ def test_registry_and_yaml_names_match():
         assert c.name == f.stem and "test_split" in c
 
 
-@pytest.mark.parametrize("name,over", [
-    ("iid", {}), ("dirichlet", {}), ("dirichlet", {"variant": "creff"}), ("dirichlet", {"variant": "proportional"}),
-    ("shards", {"num_shards": 40}), ("dominant_groups", {}), ("longtail", {}), ("complementary_pairs", {}),
-])
+@pytest.mark.parametrize(
+    "name,over",
+    [
+        ("iid", {}),
+        ("dirichlet", {}),
+        ("dirichlet", {"variant": "creff"}),
+        ("dirichlet", {"variant": "proportional"}),
+        ("shards", {"num_shards": 40}),
+        ("dominant_groups", {}),
+        ("longtail", {}),
+        ("complementary_pairs", {}),
+    ],
+)
 def test_determinism(name, over):
     k = 10 if name == "complementary_pairs" else 20
     a, b, c = (part(name, k, seed=s, **over) for s in (0, 0, 1))
@@ -95,6 +105,7 @@ def test_dirichlet_alpha_controls_concentration():
         c = part("dirichlet", 10, alpha=alpha, min_size=0, test_split="global").counts
         c = c[c.sum(1) > 0]
         return (c.max(1) / c.sum(1)).mean()
+
     assert max_share(0.05) > 0.6 > 0.2 > max_share(100)
 
 
@@ -185,25 +196,28 @@ def test_complementary_pairs():
         assert nc // 2 != k // 2 and q.counts[k, nc] == 30
 
 
-@pytest.mark.parametrize("name,over,k,key", [
-    ("dirichlet", {"alpha": 0}, 20, "partition.alpha"),
-    ("dirichlet", {"alpha": -1.0}, 20, "partition.alpha"),
-    ("dirichlet", {"variant": "foo"}, 20, "partition.variant"),
-    ("dirichlet", {"min_size": 400}, 20, "partition.min_size"),
-    ("iid", {}, N_TRAIN + 1, "clients="),
-    ("iid", {"test_split": "nope"}, 20, "partition.test_split"),
-    ("iid", {"test_fraction": 1.0}, 20, "partition.test_fraction"),
-    ("iid", {"test_split": "matched", "test_per_client": 0}, 20, "partition.test_per_client"),
-    ("shards", {"num_shards": 200, "shards_per_client": 3}, 20, "partition.num_shards"),
-    ("complementary_pairs", {"majority": 0.5}, 10, "partition.majority"),
-    ("complementary_pairs", {"majority": 1.2}, 10, "partition.majority"),
-    ("complementary_pairs", {}, 12, "clients="),
-    ("dominant_groups", {"s": 1.5}, 20, "partition.s"),
-    ("dominant_groups", {"s": -0.1}, 20, "partition.s"),
-    ("dominant_groups", {"test_split": "global"}, 20, "partition.test_split"),
-    ("longtail", {"imbalance_factor": 0.5}, 20, "partition.imbalance_factor"),
-    ("longtail", {"alpha": 0.0}, 20, "partition.alpha"),
-])
+@pytest.mark.parametrize(
+    "name,over,k,key",
+    [
+        ("dirichlet", {"alpha": 0}, 20, "partition.alpha"),
+        ("dirichlet", {"alpha": -1.0}, 20, "partition.alpha"),
+        ("dirichlet", {"variant": "foo"}, 20, "partition.variant"),
+        ("dirichlet", {"min_size": 400}, 20, "partition.min_size"),
+        ("iid", {}, N_TRAIN + 1, "clients="),
+        ("iid", {"test_split": "nope"}, 20, "partition.test_split"),
+        ("iid", {"test_fraction": 1.0}, 20, "partition.test_fraction"),
+        ("iid", {"test_split": "matched", "test_per_client": 0}, 20, "partition.test_per_client"),
+        ("shards", {"num_shards": 200, "shards_per_client": 3}, 20, "partition.num_shards"),
+        ("complementary_pairs", {"majority": 0.5}, 10, "partition.majority"),
+        ("complementary_pairs", {"majority": 1.2}, 10, "partition.majority"),
+        ("complementary_pairs", {}, 12, "clients="),
+        ("dominant_groups", {"s": 1.5}, 20, "partition.s"),
+        ("dominant_groups", {"s": -0.1}, 20, "partition.s"),
+        ("dominant_groups", {"test_split": "global"}, 20, "partition.test_split"),
+        ("longtail", {"imbalance_factor": 0.5}, 20, "partition.imbalance_factor"),
+        ("longtail", {"alpha": 0.0}, 20, "partition.alpha"),
+    ],
+)
 def test_config_errors(name, over, k, key):
     with pytest.raises(ConfigError, match=key):
         part(name, k, **over)

@@ -1,5 +1,6 @@
 """Per-FedAvg: the HF / FO update against a hand computation, the finite-difference Hessian term
 against an exact Hessian-vector product, and executor equivalence."""
+
 from __future__ import annotations
 
 import pytest
@@ -10,8 +11,14 @@ from conftest import make_cfg
 from fedbench.engine.schedule import make_schedule
 from fedbench.run import Run
 
-BASE = ["algorithm=perfedavg", "model=tiny_cnn", "model.batch_norm=false", "hardware.precision=fp64", "clients=6",
-        "batch_size=8"]
+BASE = [
+    "algorithm=perfedavg",
+    "model=tiny_cnn",
+    "model.batch_norm=false",
+    "hardware.precision=fp64",
+    "clients=6",
+    "batch_size=8",
+]
 
 
 def _run(tmp_path, *overrides) -> Run:
@@ -21,7 +28,9 @@ def _run(tmp_path, *overrides) -> Run:
 
 
 def _batches(run, k, n):
-    pack = make_schedule([run.data.train_idx[k]], [k], 8, run.algorithm.seed, "train", 1, steps=1, batches_per_step=n)[0][0]
+    pack = make_schedule([run.data.train_idx[k]], [k], 8, run.algorithm.seed, "train", 1, steps=1, batches_per_step=n)[
+        0
+    ][0]
     return run.data.x[pack].unflatten(0, (n, -1)), run.data.y[pack].unflatten(0, (n, -1))
 
 
@@ -35,8 +44,14 @@ def _grad(fm, p, x, y, create_graph=False):
 def test_one_local_iteration_equals_hand_computation(tmp_path, variant):
     """θ̃ = θ − α∇f(θ;D); g = ∇f(θ̃;D'); HF: θ − β(g − α[∇f(θ+δg;D'') − ∇f(θ−δg;D'')]/2δ); FO: θ − βg."""
     alpha, beta, delta, k = 0.1, 0.05, 1e-3, 4
-    run = _run(tmp_path, f"algorithm.alpha={alpha}", f"algorithm.beta={beta}", f"algorithm.delta={delta}",
-               "algorithm.local_steps=1", f"algorithm.variant={variant}")
+    run = _run(
+        tmp_path,
+        f"algorithm.alpha={alpha}",
+        f"algorithm.beta={beta}",
+        f"algorithm.delta={delta}",
+        "algorithm.local_steps=1",
+        f"algorithm.variant={variant}",
+    )
     fm, theta = run.fm, {n: v.clone() for n, v in run.algorithm.w.items()}
     xs, ys = _batches(run, k, 3 if variant == "hf" else 2)
     g0 = _grad(fm, theta, xs[0], ys[0])
@@ -63,9 +78,9 @@ def test_finite_difference_term_is_the_hessian_vector_product(tmp_path):
     q = {n: v.clone().requires_grad_(True) for n, v in theta.items()}
     grads = _grad(fm, q, xs[2], ys[2], create_graph=True)
     hv = torch.autograd.grad(sum((grads[n] * g[n]).sum() for n in q), list(q.values()))
-    for (n, h) in zip(q, hv):
+    for n, h in zip(q, hv):
         assert torch.allclose((g[n] - d[n]) / algo.alpha, h, atol=1e-6, rtol=1e-5), n
-    assert max(h.abs().max().item() for h in hv) > 1e-3      # a real curvature term
+    assert max(h.abs().max().item() for h in hv) > 1e-3  # a real curvature term
 
 
 def test_sequential_equals_vectorized(tmp_path):
@@ -101,12 +116,23 @@ def test_personalized_model_is_one_alpha_step_from_the_global_model(tmp_path):
 
 def test_rema_variant_is_pflibs_first_order_epochs(tmp_path):
     """perfedavg_rema = PFLlib's clientperavg: FO, local_epochs passes with one iteration per 2 batches, α = lr."""
-    run = Run(make_cfg("algorithm=perfedavg_rema", "model=tiny_cnn", "model.batch_norm=false", "hardware.precision=fp64",
-                       "clients=6", "batch_size=8", "local_epochs=2", "lr=0.2"), tmp_path)
+    run = Run(
+        make_cfg(
+            "algorithm=perfedavg_rema",
+            "model=tiny_cnn",
+            "model.batch_norm=false",
+            "hardware.precision=fp64",
+            "clients=6",
+            "batch_size=8",
+            "local_epochs=2",
+            "lr=0.2",
+        ),
+        tmp_path,
+    )
     run.setup()
     algo = run.algorithm
     assert (algo.variant, algo.alpha, algo.local_steps) == ("fo", 0.2, None)
-    seen = {}   # the round's last result per phase (Context.observers)
+    seen = {}  # the round's last result per phase (Context.observers)
     run.ctx.observers.append(lambda t, ids, res, phase: seen.update({phase: res}))
     algo.round(1, torch.tensor([1, 4]))
     steps = seen["train"].steps

@@ -2,6 +2,7 @@
 back from the file), round/client/class axes have integer ticks, legends name the swept key (δ=0.1), titles and axes
 use words, not config keys, the paper's numbers are points that no line joins, and heatmap labels keep a readable
 contrast on every cell colour."""
+
 from __future__ import annotations
 
 import matplotlib.image as mpimg
@@ -13,11 +14,17 @@ from fedbench.plots import heatmap, heatmap_figure
 from fedbench.report import Report, collect, group_tables, report
 from fedbench.report.figures import curve_figures, vs_key_figures
 
-DELTA = {"paper": "fedrema", "id": "table3", "title": "FedReMa Table 3: δ sensitivity", "rows": "algorithm.delta",
-         "cols": None, "percent": True,
-         "metrics": {"Best Acc": "pers/acc.best", "Final Acc": "pers/acc.final", "Rounds in CCP": "ccp_rounds"},
-         # the paper's numbers at 0.1 and 0.9 only (its runtime column), so nothing may be drawn in between
-         "reference": {0.1: {"Best Acc": 63.36, "Rounds in CCP": 500}, 0.9: {"Best Acc": 65.06, "Rounds in CCP": 7}}}
+DELTA = {
+    "paper": "fedrema",
+    "id": "table3",
+    "title": "FedReMa Table 3: δ sensitivity",
+    "rows": "algorithm.delta",
+    "cols": None,
+    "percent": True,
+    "metrics": {"Best Acc": "pers/acc.best", "Final Acc": "pers/acc.final", "Rounds in CCP": "ccp_rounds"},
+    # the paper's numbers at 0.1 and 0.9 only (its runtime column), so nothing may be drawn in between
+    "reference": {0.1: {"Best Acc": 63.36, "Rounds in CCP": 500}, 0.9: {"Best Acc": 65.06, "Rounds in CCP": 7}},
+}
 INTERNAL = ("pers/acc", "global/acc", "choice:", "table:", "algorithm.delta", "_")
 
 
@@ -29,7 +36,9 @@ def _delta_sweep(root, rounds=7):
             run = run.rename(root / f"delta={d},seed={seed}")
             summary = (run / "summary.json").read_text().replace('"global/acc"', '"pers/acc"')
             (run / "summary.json").write_text(summary)
-            (run / "metrics.jsonl").write_text((run / "metrics.jsonl").read_text().replace('"global/acc"', '"pers/acc"'))
+            (run / "metrics.jsonl").write_text(
+                (run / "metrics.jsonl").read_text().replace('"global/acc"', '"pers/acc"')
+            )
     return root
 
 
@@ -38,7 +47,7 @@ def _width_px(png) -> int:
 
 
 def test_report_pictures_are_wide_with_integer_round_ticks_and_named_legends(tmp_path):
-    root = _delta_sweep(tmp_path / "sweep", rounds=3)   # 3 rounds: matplotlib's own ticks would be 0, 0.5, ..., 3
+    root = _delta_sweep(tmp_path / "sweep", rounds=3)  # 3 rounds: matplotlib's own ticks would be 0, 0.5, ..., 3
     [(rep, pictures)] = report([root], out=tmp_path / "out", wandb="disabled")
     assert sorted(p.name for p in pictures) == ["fedrema_table3_curves_pers_acc.png", "fedrema_table3_vs_delta.png"]
     assert all(_width_px(p) >= 1000 for p in pictures)
@@ -57,17 +66,19 @@ def test_report_pictures_are_wide_with_integer_round_ticks_and_named_legends(tmp
     acc, ccp = fig.axes[:2]
     assert xkey == "delta" and acc.get_xlabel() == "δ"
     paper = [ln for ln in acc.lines if ln.get_label().endswith("(paper)")]
-    assert paper and all(ln.get_linestyle() == "None" for ln in paper)      # points, never joined
-    assert [list(ln.get_xdata()) for ln in paper] == [[0.1, 0.9]]           # only where the paper has a number
+    assert paper and all(ln.get_linestyle() == "None" for ln in paper)  # points, never joined
+    assert [list(ln.get_xdata()) for ln in paper] == [[0.1, 0.9]]  # only where the paper has a number
     assert all(ln.get_linestyle() == "None" for ln in ccp.lines if ln.get_label().endswith("(paper)"))
 
 
 def _contrast(a, b) -> float:
     """WCAG contrast ratio of two colours (1 = none, 21 = black on white)."""
+
     def lum(c):
         c = np.asarray(c[:3], dtype=float)
         c = np.where(c <= 0.03928, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)
         return 0.2126 * c[0] + 0.7152 * c[1] + 0.0722 * c[2]
+
     hi, lo = sorted([lum(a), lum(b)], reverse=True)
     return (hi + 0.05) / (lo + 0.05)
 
@@ -97,8 +108,15 @@ def test_accuracy_vs_personalization_steps_says_so(tmp_path):
     the picture's x axis is the personalization step (it said "column"), the y axis the new-client accuracy."""
     import json
 
-    fig4 = {"paper": "cafeme", "id": "fig4", "title": "CAFeMe Fig. 4", "rows": "choice:algorithm", "cols": None,
-            "percent": True, "metrics": {str(s): f"newclients/step{s}_acc" for s in (0, 5, 10)}}
+    fig4 = {
+        "paper": "cafeme",
+        "id": "fig4",
+        "title": "CAFeMe Fig. 4",
+        "rows": "choice:algorithm",
+        "cols": None,
+        "percent": True,
+        "metrics": {str(s): f"newclients/step{s}_acc" for s in (0, 5, 10)},
+    }
     for num, algorithm in enumerate(["cafeme", "fedavg"]):
         run = write_run(tmp_path, algorithm, 0, fig4, [0.1, 0.2], num=num)
         summary = json.loads((run / "summary.json").read_text())
@@ -128,7 +146,7 @@ def test_run_pictures_are_wide_and_readable(tmp_path):
     import fedbench.plots
 
     figs = []
-    with pytest.MonkeyPatch.context() as mp:   # keep the figure (not written) to read its texts
+    with pytest.MonkeyPatch.context() as mp:  # keep the figure (not written) to read its texts
         mp.setattr(fedbench.plots, "save", lambda fig, path: figs.append(fig) or path)
         draw_forgetting(tau, groups, tmp_path / "tau2.png", "forgetting")
     ax = figs[0].axes[0]

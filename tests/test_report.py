@@ -1,6 +1,7 @@
 """The report tool (fedbench/report/): a real multirun through the CLI into a table, incomplete sweeps marked cell
 by cell, rounds-to-target / speedup / runtime arithmetic on run dirs with known records, plots, W&B offline, and
 the table -> command listing."""
+
 from __future__ import annotations
 
 import csv
@@ -12,8 +13,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedbench.report import (Report, Table, collect, experiment_tables, group_tables, list_tables, main, plot_curves,
-                              report)
+from fedbench.report import (
+    Report,
+    Table,
+    collect,
+    experiment_tables,
+    group_tables,
+    list_tables,
+    main,
+    plot_curves,
+    report,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -25,6 +35,7 @@ def _csv(path: Path) -> dict:
 
 # ---- end to end: the real CLI ------------------------------------------------------------------------------------
 
+
 def test_multirun_through_the_cli_into_a_report_with_a_failed_run(tmp_path, cache_dir, capsys, monkeypatch):
     """A 2 methods x 2 seeds sweep of the smoke experiment where the seed doubles as the weight decay, so the runs
     with seed 1e9 really diverge (non-finite parameters -> status diverged): each cell holds 1 value of 2 runs and
@@ -35,20 +46,34 @@ def test_multirun_through_the_cli_into_a_report_with_a_failed_run(tmp_path, cach
     sweep = tmp_path / "sweep"
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setattr(sys, "argv", ["fedbench", "-m", "+experiment=smoke", "algorithm=local,fedavg",
-                                      "seed=0,1000000000", "optim.weight_decay=${seed}", "rounds=1", "clients=3",
-                                      "hardware=cpu", "hardware.threads=1", f"cache_dir={cache_dir}",
-                                      f"hydra.sweep.dir={sweep}"])
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        [
+            "fedbench",
+            "-m",
+            "+experiment=smoke",
+            "algorithm=local,fedavg",
+            "seed=0,1000000000",
+            "optim.weight_decay=${seed}",
+            "rounds=1",
+            "clients=3",
+            "hardware=cpu",
+            "hardware.threads=1",
+            f"cache_dir={cache_dir}",
+            f"hydra.sweep.dir={sweep}",
+        ],
+    )
     SWEEP_FAILED.clear()
-    with pytest.raises(SystemExit) as e:                       # the console script, in this process
+    with pytest.raises(SystemExit) as e:  # the console script, in this process
         cli.main()
     err = capsys.readouterr().err
-    assert e.value.code == 1, err[-3000:]                       # the sweep ran to its end; some jobs failed
+    assert e.value.code == 1, err[-3000:]  # the sweep ran to its end; some jobs failed
     statuses = sorted(json.loads(f.read_text())["status"] for f in sweep.glob("*/status.json"))
     assert statuses == ["complete"] * 2 + ["diverged"] * 2
 
     out = tmp_path / "rep"
-    assert main([str(sweep), "--out", str(out)]) == 0                     # = fedbench-report / scripts/report.py
+    assert main([str(sweep), "--out", str(out)]) == 0  # = fedbench-report / scripts/report.py
     printed = capsys.readouterr().out
     assert "Smoke" in printed and "1 diverged" in printed and "diverged in round 1: non-finite" in printed
     cells = _csv(out / "smoke_smoke.csv")
@@ -57,8 +82,11 @@ def test_multirun_through_the_cli_into_a_report_with_a_failed_run(tmp_path, cach
         assert (c["n"], c["n_runs"], c["seeds"], c["status"]) == ("1", "2", "0", "diverged=1")
         assert c["cell"].endswith("(1/2, 1 diverged)") and c["ours_std"] == "0.0"
     # the numbers are the runs' summary.json values in percent
-    fedavg = [json.loads((d / "summary.json").read_text()) for d in sweep.iterdir()
-              if "algorithm=fedavg" in d.name and (d / "summary.json").exists()]
+    fedavg = [
+        json.loads((d / "summary.json").read_text())
+        for d in sweep.iterdir()
+        if "algorithm=fedavg" in d.name and (d / "summary.json").exists()
+    ]
     assert [100 * s["metrics"]["pers/acc"]["best"] for s in fedavg] == [float(cells[("fedavg", "Best Acc")]["values"])]
     md = (out / "smoke_smoke.md").read_text()
     assert "| Method | Best Acc | Final Acc |" in md and "diverged" in md and "non-finite" in md
@@ -79,33 +107,74 @@ def test_multirun_through_the_cli_into_a_report_with_a_failed_run(tmp_path, cach
 
 # ---- arithmetic on hand-written run dirs -------------------------------------------------------------------------
 
-TABLE2 = {"paper": "fedka", "id": "table2", "title": "FedKA Table 2 (test)", "rows": "choice:algorithm", "cols": None,
-          "metrics": {"Rounds": "rounds_to_target", "Acc@2": "global/acc@2", "Time/round (s)": "time_per_round",
-                      "Wall (s)": "wall_time"},
-          "target": {"metric": "global/acc", "row": "fedavg", "at": "last"}, "percent": True,
-          "labels": {"fedavg": "FedAvg", "fedka": "FedKA", "fedprox": "FedProx"},
-          "reference": {"fedavg": {"Rounds": 100}, "fedka": {"Rounds": 43}, "fedprox": {"Rounds": None}}}
+TABLE2 = {
+    "paper": "fedka",
+    "id": "table2",
+    "title": "FedKA Table 2 (test)",
+    "rows": "choice:algorithm",
+    "cols": None,
+    "metrics": {
+        "Rounds": "rounds_to_target",
+        "Acc@2": "global/acc@2",
+        "Time/round (s)": "time_per_round",
+        "Wall (s)": "wall_time",
+    },
+    "target": {"metric": "global/acc", "row": "fedavg", "at": "last"},
+    "percent": True,
+    "labels": {"fedavg": "FedAvg", "fedka": "FedKA", "fedprox": "FedProx"},
+    "reference": {"fedavg": {"Rounds": 100}, "fedka": {"Rounds": 43}, "fedprox": {"Rounds": None}},
+}
 
 
-def write_run(root: Path, algorithm: str, seed: int, table: dict, acc=None, times=None, status="complete",
-              num=0, extra=None, **config) -> Path:
+def write_run(
+    root: Path,
+    algorithm: str,
+    seed: int,
+    table: dict,
+    acc=None,
+    times=None,
+    status="complete",
+    num=0,
+    extra=None,
+    **config,
+) -> Path:
     """A run dir as fedbench writes it, with the given per-round global accuracy and round times."""
     d = root / f"algorithm={algorithm},seed={seed}"
     (d / ".hydra").mkdir(parents=True)
-    cfg = {"seed": seed, "rounds": len(acc or [0]) - 1, "algorithm": {"name": algorithm, **config},
-           "logger": {"wandb": {"mode": "disabled", "project": "fedbench-test"}}, "table": table}
+    cfg = {
+        "seed": seed,
+        "rounds": len(acc or [0]) - 1,
+        "algorithm": {"name": algorithm, **config},
+        "logger": {"wandb": {"mode": "disabled", "project": "fedbench-test"}},
+        "table": table,
+    }
     (d / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-    (d / ".hydra" / "hydra.yaml").write_text(yaml.safe_dump({"hydra": {
-        "runtime": {"choices": {"algorithm": algorithm}}, "job": {"num": num},
-        "overrides": {"task": [f"algorithm={algorithm}", f"seed={seed}"]}}}))
+    (d / ".hydra" / "hydra.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "hydra": {
+                    "runtime": {"choices": {"algorithm": algorithm}},
+                    "job": {"num": num},
+                    "overrides": {"task": [f"algorithm={algorithm}", f"seed={seed}"]},
+                }
+            }
+        )
+    )
     acc = acc or []
     times = times or [1.0] * max(len(acc) - 1, 0)
     lines = [{"round": r, "global/acc": a, **({"time/round": times[r - 1]} if r else {})} for r, a in enumerate(acc)]
     (d / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
-    (d / "status.json").write_text(json.dumps({"status": status, "error": "RunFailed: test" if status == "failed" else None}))
+    (d / "status.json").write_text(
+        json.dumps({"status": status, "error": "RunFailed: test" if status == "failed" else None})
+    )
     if status == "complete":
-        summary = {"status": "complete", "metrics": {"global/acc": {"best": max(acc), "final": acc[-1], "last": acc[-1]}},
-                   "time_per_round": sum(times) / len(times), "wall_time": sum(times), **(extra or {})}
+        summary = {
+            "status": "complete",
+            "metrics": {"global/acc": {"best": max(acc), "final": acc[-1], "last": acc[-1]}},
+            "time_per_round": sum(times) / len(times),
+            "wall_time": sum(times),
+            **(extra or {}),
+        }
         (d / "summary.json").write_text(json.dumps(summary))
     return d
 
@@ -115,10 +184,10 @@ def test_rounds_to_target_speedup_and_runtime_from_the_runs_records(tmp_path):
     seed; speedup = that target round / rounds; never reached -> "\\"; runtime = summary.json's time_per_round and
     wall_time; running/failed runs are counted per cell, not averaged."""
     root = tmp_path / "sweep"
-    write_run(root, "fedavg", 0, TABLE2, [0.1, 0.3, 0.5, 0.6, 0.55], [1, 2, 3, 4])   # target 0.55 @4: reached @3
-    write_run(root, "fedavg", 1, TABLE2, [0.1, 0.2, 0.4, 0.5, 0.5], [2, 2, 2, 2])    # target 0.50 @4: reached @3
-    write_run(root, "fedka", 0, TABLE2, [0.1, 0.56, 0.6, 0.7, 0.7], [3, 3, 3, 3])     # 0.56 >= 0.55 @1: speedup 4
-    write_run(root, "fedka", 1, TABLE2, [0.1, 0.3, 0.45, 0.49, 0.49], [1, 1, 1, 1])   # never reaches 0.50
+    write_run(root, "fedavg", 0, TABLE2, [0.1, 0.3, 0.5, 0.6, 0.55], [1, 2, 3, 4])  # target 0.55 @4: reached @3
+    write_run(root, "fedavg", 1, TABLE2, [0.1, 0.2, 0.4, 0.5, 0.5], [2, 2, 2, 2])  # target 0.50 @4: reached @3
+    write_run(root, "fedka", 0, TABLE2, [0.1, 0.56, 0.6, 0.7, 0.7], [3, 3, 3, 3])  # 0.56 >= 0.55 @1: speedup 4
+    write_run(root, "fedka", 1, TABLE2, [0.1, 0.3, 0.45, 0.49, 0.49], [1, 1, 1, 1])  # never reaches 0.50
     write_run(root, "fedprox", 0, TABLE2, status="running")
     write_run(root, "fedprox", 1, TABLE2, status="failed")
     [table] = group_tables(collect([root]))
@@ -126,13 +195,13 @@ def test_rounds_to_target_speedup_and_runtime_from_the_runs_records(tmp_path):
     assert rep.row_keys == ["fedavg", "fedka", "fedprox"]
     assert [c.header for c in rep.columns] == ["Rounds", "Speedup", "Acc@2", "Time/round (s)", "Wall (s)"]
     cell = {(r, c): rep.cells[(r, c)] for r, c in rep.cells}
-    assert cell[("fedavg", "Rounds")].values == [4.0, 4.0]        # the target row: its target round, 1x (#16 item 13)
+    assert cell[("fedavg", "Rounds")].values == [4.0, 4.0]  # the target row: its target round, 1x (#16 item 13)
     assert cell[("fedavg", "Speedup")].values == [1.0, 1.0]
     assert cell[("fedka", "Rounds")].values == [1.0] and cell[("fedka", "Rounds")].other == {"never": 1}
     assert cell[("fedka", "Speedup")].values == [4.0]
     assert cell[("fedka", "Rounds")].text(0) == "1 (1/2, 1 never)" and rep.digits["Rounds"] == 0
     assert cell[("fedavg", "Acc@2")].values == [50.0, 40.0] and cell[("fedavg", "Acc@2")].text(2) == "45.00 ± 5.00"
-    assert cell[("fedavg", "Time/round (s)")].values == [2.5, 2.0]                    # not scaled to percent
+    assert cell[("fedavg", "Time/round (s)")].values == [2.5, 2.0]  # not scaled to percent
     assert cell[("fedka", "Wall (s)")].values == [12.0, 4.0]
     assert cell[("fedprox", "Rounds")].text() == "1 running, 1 failed"
     # the paper's numbers beside ours: speedup derived from the paper's rounds, null = never ("\")
@@ -151,13 +220,29 @@ def test_rounds_to_target_speedup_and_runtime_from_the_runs_records(tmp_path):
 def test_delta_table_plots_and_merged_columns(tmp_path):
     """A numeric row key (FedReMa δ) gets a metric-vs-δ picture with accuracies and CCP length in their own panels;
     two configs of one paper table with one metric column each (FedKA Table 1's datasets) become one table."""
-    delta = {"paper": "fedrema", "id": "table3", "title": "δ", "rows": "algorithm.delta", "cols": None, "percent": True,
-             "metrics": {"Best Acc": "global/acc.best", "Final Acc": "global/acc.final", "Rounds in CCP": "ccp_rounds"},
-             "reference": {0.1: {"Best Acc": 63.36, "Rounds in CCP": 500}, 0.5: {"Best Acc": 65.40, "Rounds in CCP": 36}}}
+    delta = {
+        "paper": "fedrema",
+        "id": "table3",
+        "title": "δ",
+        "rows": "algorithm.delta",
+        "cols": None,
+        "percent": True,
+        "metrics": {"Best Acc": "global/acc.best", "Final Acc": "global/acc.final", "Rounds in CCP": "ccp_rounds"},
+        "reference": {0.1: {"Best Acc": 63.36, "Rounds in CCP": 500}, 0.5: {"Best Acc": 65.40, "Rounds in CCP": 36}},
+    }
     root = tmp_path / "delta"
     for i, (d, ccp) in enumerate([(0.5, 2), (0.1, 4)]):
-        run = write_run(root, "fedrema", 0, delta, [0.1, 0.4, 0.5 + d / 10, 0.6], [1, 1, 1], num=i,
-                        extra={"ccp_rounds": ccp}, delta=d)
+        run = write_run(
+            root,
+            "fedrema",
+            0,
+            delta,
+            [0.1, 0.4, 0.5 + d / 10, 0.6],
+            [1, 1, 1],
+            num=i,
+            extra={"ccp_rounds": ccp},
+            delta=d,
+        )
         run.rename(root / f"delta={d}")
     [(rep, pictures)] = report([root], out=tmp_path / "out", wandb="disabled")
     assert rep.row_keys == ["0.1", "0.5"] and rep.row_names == {"0.1": "0.1", "0.5": "0.5"}
@@ -169,18 +254,29 @@ def test_delta_table_plots_and_merged_columns(tmp_path):
     csv_rows = _csv(tmp_path / "out" / "fedrema_table3.csv")
     assert csv_rows[("0.5", "Rounds in CCP")]["paper"] == "36"
 
-    cifar10 = {"paper": "fedka", "id": "table1", "title": "FedKA Table 1: acc (CIFAR-10, t-CNN)", "rows": "choice:algorithm",
-               "cols": None, "metrics": {"CIFAR-10": "global/acc.last"}, "percent": True,
-               "reference": {"fedavg": {"CIFAR-10": 59.8}}}
-    cifar100 = dict(cifar10, title="FedKA Table 1: acc (CIFAR-100, ResNet-50)", metrics={"CIFAR-100": "global/acc.last"},
-                    reference={"fedavg": {"CIFAR-100": 26.7}})
+    cifar10 = {
+        "paper": "fedka",
+        "id": "table1",
+        "title": "FedKA Table 1: acc (CIFAR-10, t-CNN)",
+        "rows": "choice:algorithm",
+        "cols": None,
+        "metrics": {"CIFAR-10": "global/acc.last"},
+        "percent": True,
+        "reference": {"fedavg": {"CIFAR-10": 59.8}},
+    }
+    cifar100 = dict(
+        cifar10,
+        title="FedKA Table 1: acc (CIFAR-100, ResNet-50)",
+        metrics={"CIFAR-100": "global/acc.last"},
+        reference={"fedavg": {"CIFAR-100": 26.7}},
+    )
     write_run(tmp_path / "s10", "fedavg", 0, cifar10, [0.1, 0.5])
     write_run(tmp_path / "s100", "fedavg", 0, cifar100, [0.1, 0.2])
     [table] = group_tables(collect([tmp_path / "s10", tmp_path / "s100"]))
     rep = Report(table)
     assert table.title == "FedKA Table 1: acc" and [c.header for c in rep.columns] == ["CIFAR-10", "CIFAR-100"]
     assert rep.lines() == [["fedavg", "50.00", "59.80", "-9.80", "20.00", "26.70", "-6.70"]]
-    [png] = plot_curves(rep, tmp_path / "merged")               # one panel per dataset, runs not pooled across them
+    [png] = plot_curves(rep, tmp_path / "merged")  # one panel per dataset, runs not pooled across them
     assert png.name == "fedka_table1_curves_global_acc.png" and png.stat().st_size > 1000
 
 
@@ -194,41 +290,56 @@ def test_report_table_is_logged_to_wandb_offline(tmp_path):
     write_run(root, "fedka", 0, TABLE2, [0.1, 0.6, 0.7], [1, 1])
     out = tmp_path / "out"
     report([root], out=out, plots=False, wandb="offline")
-    wandb.teardown()   # the W&B service writes the offline file asynchronously; shutting it down flushes it
+    wandb.teardown()  # the W&B service writes the offline file asynchronously; shutting it down flushes it
     [logged] = [row for row in read_run(out)["history"] if "report/fedka_table2/_type" in row]
     assert logged["report/fedka_table2/_type"] == "table-file"
-    assert logged["report/fedka_table2/nrows"] == 3 * 5        # 3 rows (FedProx only in the paper) x 5 columns
+    assert logged["report/fedka_table2/nrows"] == 3 * 5  # 3 rows (FedProx only in the paper) x 5 columns
     [saved] = out.glob("wandb/*run-*/files/" + logged["report/fedka_table2/path"])
     table = json.loads(saved.read_text())
     assert table["columns"][:4] == ["table", "row", "row_label", "column"]
     rounds = {(r[1], r[3]): r for r in table["data"]}[("fedka", "Rounds")]
-    assert rounds[table["columns"].index("ours_mean")] == "1.0"      # reached FedAvg's final 0.5 at round 1
+    assert rounds[table["columns"].index("ours_mean")] == "1.0"  # reached FedAvg's final 0.5 at round 1
 
 
 # ---- the table -> command listing --------------------------------------------------------------------------------
+
 
 def test_listing_gives_each_table_its_command_and_the_reduced_one(tmp_path, capsys):
     """Commands come from the config's path; the reduced CPU command from its header comment (overrides only, or a
     whole command, possibly over two comment lines); runs = size of the sweep grid."""
     exp = tmp_path / "experiment" / "paper"
     exp.mkdir(parents=True)
-    table = {"paper": "paper", "id": "t", "title": "T", "rows": "choice:algorithm", "cols": None, "metrics": {"A": "a.b"}}
-    (exp / "table2.yaml").write_text("# @package _global_\n# Paper Table 2. CPU: `scale=0.2 seed=0` (20 rounds).\n"
-                                     + yaml.safe_dump({"hydra": {"sweeper": {"params": {"algorithm": "a,b", "seed": "0,1,2"}}},
-                                                       "table": table}))
-    (exp / "table10.yaml").write_text("# @package _global_\n# CPU (docs/x.md): `fedbench -m +experiment=paper/table10 scale=0.1\n"
-                                      "# seed=0 local_epochs=1` (needs data).\nrounds: 5\n" + yaml.safe_dump({"table": table}))
+    table = {
+        "paper": "paper",
+        "id": "t",
+        "title": "T",
+        "rows": "choice:algorithm",
+        "cols": None,
+        "metrics": {"A": "a.b"},
+    }
+    (exp / "table2.yaml").write_text(
+        "# @package _global_\n# Paper Table 2. CPU: `scale=0.2 seed=0` (20 rounds).\n"
+        + yaml.safe_dump({"hydra": {"sweeper": {"params": {"algorithm": "a,b", "seed": "0,1,2"}}}, "table": table})
+    )
+    (exp / "table10.yaml").write_text(
+        "# @package _global_\n# CPU (docs/x.md): `fedbench -m +experiment=paper/table10 scale=0.1\n"
+        "# seed=0 local_epochs=1` (needs data).\nrounds: 5\n" + yaml.safe_dump({"table": table})
+    )
     (exp / "setting.yaml").write_text("# a shared setting, not a table\nrounds: 5\n")
     entries = experiment_tables(tmp_path)
     assert [e["name"] for e in entries] == ["paper/table2", "paper/table10"]
     t2, t10 = entries
     assert t2["command"] == "fedbench -m +experiment=paper/table2" and t2["runs"] == 6
     assert t2["reduced"] == "fedbench -m +experiment=paper/table2 scale=0.2 seed=0" and t2["note"] == "20 rounds"
-    assert t10["reduced"] == "fedbench -m +experiment=paper/table10 scale=0.1 seed=0 local_epochs=1" and t10["runs"] == 1
+    assert (
+        t10["reduced"] == "fedbench -m +experiment=paper/table10 scale=0.1 seed=0 local_epochs=1" and t10["runs"] == 1
+    )
 
     # the real tree: every config with a table: node is listed, and the console listing prints
     real = experiment_tables(REPO / "conf")
-    with_table = [p for p in (REPO / "conf" / "experiment").rglob("*.yaml") if "table" in (yaml.safe_load(p.read_text()) or {})]
+    with_table = [
+        p for p in (REPO / "conf" / "experiment").rglob("*.yaml") if "table" in (yaml.safe_load(p.read_text()) or {})
+    ]
     assert len(real) == len(with_table) and all(e["command"].startswith("fedbench -m +experiment=") for e in real)
     md = tmp_path / "tables.md"
     assert list_tables(["--markdown", str(md)]) == 0

@@ -1,6 +1,7 @@
 """Best of a grid in the report (fedbench/report/grid.py): a tuned row's cell shows the runs of the grid value with the
 best mean over seeds (FedKA §5.1 reports each baseline at its best μ / α / β), marked and explained; on hand-made run
 dirs as fedbench writes them (tests/test_report.py's ``write_run``)."""
+
 from __future__ import annotations
 
 import csv
@@ -9,10 +10,17 @@ from test_report import write_run
 
 from fedbench.report import Report, Table, collect, group_tables, report
 
-TUNED = {"paper": "fedka", "id": "t1", "title": "grid test", "rows": "choice:algorithm", "cols": None,
-         "metrics": {"Acc": "global/acc.last"}, "percent": True,
-         "tune": {"rows": {"fedprox": "algorithm.mu", "fedka": "algorithm.beta"}, "note": "FedKA §5.1"},
-         "reference": {"fedprox": {"Acc": 55.5}}}
+TUNED = {
+    "paper": "fedka",
+    "id": "t1",
+    "title": "grid test",
+    "rows": "choice:algorithm",
+    "cols": None,
+    "metrics": {"Acc": "global/acc.last"},
+    "percent": True,
+    "tune": {"rows": {"fedprox": "algorithm.mu", "fedka": "algorithm.beta"}, "note": "FedKA §5.1"},
+    "reference": {"fedprox": {"Acc": 55.5}},
+}
 
 
 def _run(root, algorithm, seed, acc, table, name, **config):
@@ -29,7 +37,7 @@ def test_best_of_grid_is_the_value_with_the_best_mean_over_seeds(tmp_path):
     for mu, pair in accs.items():
         for seed, acc in enumerate(pair):
             _run(root, "fedprox", seed, acc, TUNED, f"fedprox_mu{mu}_s{seed}", mu=mu)
-    _run(root, "fedprox", 2, 0.99, TUNED, "fedprox_mu5_s2", mu=5)          # a grid value with no complete run ...
+    _run(root, "fedprox", 2, 0.99, TUNED, "fedprox_mu5_s2", mu=5)  # a grid value with no complete run ...
     (root / "fedprox_mu5_s2" / "summary.json").unlink()
     (root / "fedprox_mu5_s2" / "status.json").write_text('{"status": "failed", "error": "RunFailed: x"}')
     for seed, acc in enumerate((0.40, 0.42)):
@@ -41,13 +49,13 @@ def test_best_of_grid_is_the_value_with_the_best_mean_over_seeds(tmp_path):
     assert choice.key == "algorithm.mu" and choice.chosen == "0.1"
     assert sorted(round(v, 9) for v in cell.values) == [54.0, 56.0] and sorted(cell.seeds) == [0, 1]
     assert choice.scores["0.01"] == 0.51 and abs(choice.scores["1"] - 0.45) < 1e-12 and choice.scores["5"] is None
-    assert list(choice.scores) == ["0.01", "0.1", "1", "5"]                  # numeric order
+    assert list(choice.scores) == ["0.01", "0.1", "1", "5"]  # numeric order
     assert rep.grid("fedavg", col) is None and sorted(rep.cells[("fedavg", "Acc")].values) == [40.0, 42.0]
-    assert not rep.warnings()                                                # no "several runs with one seed"
+    assert not rep.warnings()  # no "several runs with one seed"
     line = dict(zip(rep.row_keys, rep.lines()))["fedprox"]
     assert line[1] == "55.00 ± 1.00 [mu=0.1 of 4]" and line[2] == "55.50"
     notes = rep.grid_notes()
-    assert notes[0] == "FedKA §5.1" and len(notes) == 2                       # FedKA has no runs: no line
+    assert notes[0] == "FedKA §5.1" and len(notes) == 2  # FedKA has no runs: no line
     assert "mu ∈ {0.01, 0.1, 1, 5} → 0.1" in notes[1] and "0.1 55.00" in notes[1] and "5 —" in notes[1]
 
     out = tmp_path / "out"
@@ -60,31 +68,43 @@ def test_best_of_grid_is_the_value_with_the_best_mean_over_seeds(tmp_path):
 
 
 def test_grid_choice_per_column_and_by_another_metric_or_minimum(tmp_path):
-    """With columns (e.g. FedKA Table 3's participation ratios) the value is chosen per column; ``by`` selects on another
+    """With columns (e.g. FedKA Table 3's participation ratios) the value is chosen per column;
+    ``by`` selects on another
     metric than the one shown (here: shown best accuracy, chosen by last accuracy); ``mode: min`` takes the lowest."""
-    spec = {"paper": "fedka", "id": "t3", "title": "cols", "rows": "choice:algorithm", "cols": "participation",
-            "metrics": {"Acc": "global/acc.best"}, "percent": True,
-            "tune": {"by": "global/acc.last", "rows": {"moon": "algorithm.mu"}}}
+    spec = {
+        "paper": "fedka",
+        "id": "t3",
+        "title": "cols",
+        "rows": "choice:algorithm",
+        "cols": "participation",
+        "metrics": {"Acc": "global/acc.best"},
+        "percent": True,
+        "tune": {"by": "global/acc.last", "rows": {"moon": "algorithm.mu"}},
+    }
     root = tmp_path / "sweep"
     last = {(0.2, 1): 0.30, (0.2, 5): 0.20, (1.0, 1): 0.10, (1.0, 5): 0.25}
     for (part, mu), acc in last.items():
-        d = write_run(root, "moon", 0, spec, [0.05, 1 - acc, acc], mu=mu)    # best = 1 − last: the opposite order
+        d = write_run(root, "moon", 0, spec, [0.05, 1 - acc, acc], mu=mu)  # best = 1 − last: the opposite order
         cfg = (d / "config.yaml").read_text().replace("seed: 0\n", f"seed: 0\nparticipation: {part}\n", 1)
         (d / "config.yaml").write_text(cfg)
         d.rename(root / f"moon_p{part}_mu{mu}")
     rep = Report(group_tables(collect([root]))[0])
     by_col = {c.header: c for c in rep.columns}
     assert set(by_col) == {"participation=0.2", "participation=1.0"}
-    assert rep.grid("moon", by_col["participation=0.2"]).chosen == "1"      # last 0.30 > 0.20
-    assert rep.grid("moon", by_col["participation=1.0"]).chosen == "5"      # last 0.25 > 0.10
-    assert rep.cells[("moon", by_col["participation=0.2"].key)].values == [70.0]   # shown: μ = 1's best accuracy
+    assert rep.grid("moon", by_col["participation=0.2"]).chosen == "1"  # last 0.30 > 0.20
+    assert rep.grid("moon", by_col["participation=1.0"]).chosen == "5"  # last 0.25 > 0.10
+    assert rep.cells[("moon", by_col["participation=0.2"].key)].values == [70.0]  # shown: μ = 1's best accuracy
     [table] = group_tables(collect([root]))
     rep = Report(Table(dict(spec, tune={**spec["tune"], "mode": "min"}), table.members))
     assert rep.grid("moon", by_col["participation=0.2"]).chosen == "5"
 
 
-PAPER_GRIDS = {"fedprox": {0.001, 0.01, 0.1, 1}, "moon": {0.1, 1, 5, 10}, "feddyn": {1, 0.1, 0.01, 0.001},
-               "fedka": {0.5, 0.1, 0.01, 0.001}}          # FedKA §5.1, as printed
+PAPER_GRIDS = {
+    "fedprox": {0.001, 0.01, 0.1, 1},
+    "moon": {0.1, 1, 5, 10},
+    "feddyn": {1, 0.1, 0.01, 0.001},
+    "fedka": {0.5, 0.1, 0.01, 0.001},
+}  # FedKA §5.1, as printed
 
 
 def _arm(path):
@@ -123,7 +143,9 @@ def test_fedka_table_sweeps_carry_the_papers_grids():
                 grids.setdefault(method, set()).add(values[tkey])
         assert set(grids) == set(node.table.tune.rows), path.stem
         assert all(values == PAPER_GRIDS[m] for m, values in grids.items()), path.stem
-        assert set(node.table.reference) <= {_arm(arm_dir / f"{a}.yaml")[0] for a in str(node.hydra.sweeper.params[key]).split(",")}
+        assert set(node.table.reference) <= {
+            _arm(arm_dir / f"{a}.yaml")[0] for a in str(node.hydra.sweeper.params[key]).split(",")
+        }
     assert tuned_tables == 12
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):

@@ -1,5 +1,6 @@
 """Runs that survive: kill -9 + resume, SIGTERM, corrupted checkpoints, sweeps that skip finished work,
 launchers, guarded failure, secrets."""
+
 from __future__ import annotations
 
 import json
@@ -14,31 +15,57 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import REPO
-from test_faults import fedbench_here   # the real entry point in this process, where no signal or W&B is involved
+from test_faults import fedbench_here  # the real entry point in this process, where no signal or W&B is involved
 from wandb_files import read_run
 
 from fedbench import checkpoint as ckpt
 
 # ~0.3-1 s per round on digits, so a run can be caught mid-way
-SLOW = ["rounds=8", "clients=6", "local_epochs=25", "checkpoint.every=2", "logger=offline", "logger.console=false",
-        "hardware.threads=1"]
+SLOW = [
+    "rounds=8",
+    "clients=6",
+    "local_epochs=25",
+    "checkpoint.every=2",
+    "logger=offline",
+    "logger.console=false",
+    "hardware.threads=1",
+]
 
 
 def env(tmp_path, **extra):
-    return {**os.environ, "WANDB_MODE": "offline", "FEDBENCH_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1", **extra}
+    return {
+        **os.environ,
+        "WANDB_MODE": "offline",
+        "FEDBENCH_CACHE": str(tmp_path / "cache"),
+        "OMP_NUM_THREADS": "1",
+        **extra,
+    }
 
 
 def fedbench(*args, tmp_path, check=True, **kw):
-    p = subprocess.run([sys.executable, "-m", "fedbench.cli", *args], cwd=tmp_path, env=env(tmp_path), capture_output=True,
-                       text=True, timeout=900, **kw)
+    p = subprocess.run(
+        [sys.executable, "-m", "fedbench.cli", *args],
+        cwd=tmp_path,
+        env=env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=900,
+        **kw,
+    )
     if check:
         assert p.returncode == 0, p.stderr[-3000:]
     return p
 
 
 def start(*args, tmp_path):
-    return subprocess.Popen([sys.executable, "-m", "fedbench.cli", *args], cwd=tmp_path, env=env(tmp_path),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "fedbench.cli", *args],
+        cwd=tmp_path,
+        env=env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def wait_for(cond, proc, timeout=600):
@@ -73,18 +100,18 @@ def test_kill_9_then_rerun_equals_uninterrupted(tmp_path, reference):
     args = [*SLOW, f"hydra.run.dir={run_dir}"]
     proc = start(*args, tmp_path=tmp_path)
     wait_for(lambda: (run_dir / "checkpoints" / "round_000004.sha256").exists(), proc)
-    proc.kill()                                   # SIGKILL: no handler runs
+    proc.kill()  # SIGKILL: no handler runs
     proc.wait()
     assert status(run_dir) == "running" and not (run_dir / "summary.json").exists()
-    p = fedbench(*args, tmp_path=tmp_path)        # the same command again
+    p = fedbench(*args, tmp_path=tmp_path)  # the same command again
     assert "resuming" in p.stderr
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["metrics"] == reference["metrics"]
     assert summary["final"] == reference["final"]
     rows = [json.loads(ln) for ln in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [r["round"] for r in rows if "pers/acc" in r] == list(range(9))   # each round once, none lost or doubled
+    assert [r["round"] for r in rows if "pers/acc" in r] == list(range(9))  # each round once, none lost or doubled
     wb = read_run(run_dir)
-    assert len(wb["ids"]) == 1 and len(wb["files"]) == 2                    # W&B resumed the same run id
+    assert len(wb["ids"]) == 1 and len(wb["files"]) == 2  # W&B resumed the same run id
     # the resumed segment carries every round after the checkpoint (what W&B had not flushed before
     # the SIGKILL exists only in metrics.jsonl, the run's source of truth)
     assert {h["_step"] for h in wb["history"] if "pers/acc" in h} >= set(range(5, 9))
@@ -92,7 +119,7 @@ def test_kill_9_then_rerun_equals_uninterrupted(tmp_path, reference):
 
 def test_sigterm_saves_a_checkpoint_exits_cleanly_and_resumes(tmp_path, reference):
     run_dir = tmp_path / "run"
-    args = [*SLOW, "checkpoint.every=0", f"hydra.run.dir={run_dir}"]   # only the signal writes a checkpoint
+    args = [*SLOW, "checkpoint.every=0", f"hydra.run.dir={run_dir}"]  # only the signal writes a checkpoint
     proc = start(*args, tmp_path=tmp_path)
     wait_for(lambda: rounds_logged(run_dir) >= 3, proc)
     proc.send_signal(signal.SIGTERM)
@@ -101,7 +128,9 @@ def test_sigterm_saves_a_checkpoint_exits_cleanly_and_resumes(tmp_path, referenc
     assert "checkpoint saved" in err and "Traceback" not in err
     assert status(run_dir) == "preempted"
     saved = sorted((run_dir / "checkpoints").glob("round_*.pt"))
-    assert len(saved) == 1 and int(saved[0].stem.split("_")[1]) >= 2   # the last finished round (3, or 2 if caught mid-snapshot)
+    assert (
+        len(saved) == 1 and int(saved[0].stem.split("_")[1]) >= 2
+    )  # the last finished round (3, or 2 if caught mid-snapshot)
     fedbench(*args, tmp_path=tmp_path)
     assert json.loads((run_dir / "summary.json").read_text())["metrics"] == reference["metrics"]
 
@@ -130,7 +159,7 @@ def test_corrupted_checkpoint_falls_back_to_the_previous_one(tmp_path):
     ckpt.save(tmp_path, 2, state(2), keep=2)
     newest = ckpt.save(tmp_path, 4, state(4), keep=2)
     data = newest.read_bytes()
-    newest.write_bytes(data[: len(data) // 2])            # truncated, e.g. a crash during a copy
+    newest.write_bytes(data[: len(data) // 2])  # truncated, e.g. a crash during a copy
     messages = []
     got = ckpt.load_latest(tmp_path, "cpu", warn=messages.append)
     assert got["round"] == 2 and torch.equal(got["algorithm"]["w"], torch.full((3,), 2.0))
@@ -151,7 +180,7 @@ def test_checkpoints_never_execute_code(tmp_path):
     d.mkdir()
     bad = d / "round_000009.pt"
     bad.write_bytes(pickle.dumps(Evil()))
-    (d / "round_000009.sha256").write_text(hashlib.sha256(bad.read_bytes()).hexdigest())   # checksum even matches
+    (d / "round_000009.sha256").write_text(hashlib.sha256(bad.read_bytes()).hexdigest())  # checksum even matches
     ckpt.save(tmp_path, 3, {"algorithm": {}}, keep=5)
     messages = []
     got = ckpt.load_latest(tmp_path, "cpu", warn=messages.append)
@@ -162,13 +191,25 @@ def test_keeps_only_the_newest_checkpoints(tmp_path):
     for t in (1, 2, 3, 4):
         ckpt.save(tmp_path, t, {"algorithm": {}}, keep=2)
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [
-        "round_000003.pt", "round_000003.sha256", "round_000004.pt", "round_000004.sha256"]
+        "round_000003.pt",
+        "round_000003.sha256",
+        "round_000004.pt",
+        "round_000004.sha256",
+    ]
 
 
 def test_relaunched_sweep_skips_complete_runs_and_resumes_partial_ones(tmp_path):
     sweep = tmp_path / "sweep"
-    args = ["-m", "seed=0,1", "rounds=4", "clients=4", "checkpoint.every=1", "checkpoint.keep_complete=2", "logger=none",
-            f"hydra.sweep.dir={sweep}"]
+    args = [
+        "-m",
+        "seed=0,1",
+        "rounds=4",
+        "clients=4",
+        "checkpoint.every=1",
+        "checkpoint.keep_complete=2",
+        "logger=none",
+        f"hydra.sweep.dir={sweep}",
+    ]
     fedbench(*args, tmp_path=tmp_path)
     runs = sorted(p for p in sweep.iterdir() if p.is_dir())
     done, crashed = runs
@@ -198,8 +239,17 @@ def test_same_command_same_dir_and_resume_false_keeps_the_old_files(tmp_path):
 
 def test_non_finite_loss_stops_the_run_and_marks_it_diverged(tmp_path):
     run_dir = tmp_path / "run"
-    code, err = fedbench_here("rounds=5", "clients=4", "lr=1e30", "optim.momentum=0", "divergence.factor=null",
-                              "logger=none", "checkpoint.every=1", f"hydra.run.dir={run_dir}", tmp_path=tmp_path)
+    code, err = fedbench_here(
+        "rounds=5",
+        "clients=4",
+        "lr=1e30",
+        "optim.momentum=0",
+        "divergence.factor=null",
+        "logger=none",
+        "checkpoint.every=1",
+        f"hydra.run.dir={run_dir}",
+        tmp_path=tmp_path,
+    )
     assert code == 1
     line = [ln for ln in err.splitlines() if ln.startswith("fedbench:")][-1]
     assert "non-finite" in line and "diverged in round" in line and "client(s) [" in line
@@ -209,17 +259,33 @@ def test_non_finite_loss_stops_the_run_and_marks_it_diverged(tmp_path):
 
 
 def test_disk_space_guard(tmp_path):
-    code, err = fedbench_here("logger=none", "checkpoint.min_free_mb=1e12", f"hydra.run.dir={tmp_path / 'run'}",
-                              tmp_path=tmp_path)
+    code, err = fedbench_here(
+        "logger=none", "checkpoint.min_free_mb=1e12", f"hydra.run.dir={tmp_path / 'run'}", tmp_path=tmp_path
+    )
     assert code == 2 and "checkpoint.min_free_mb" in err and "MB left" in err
 
 
 def test_secrets_never_reach_outputs(tmp_path):
     secret = "fakekey0123456789abcdef0123456789abcdef01"
     run_dir = tmp_path / "run"
-    p = subprocess.run([sys.executable, "-m", "fedbench.cli", "rounds=2", "clients=4", "logger=offline", "logger.console=false",
-                        "checkpoint.every=1", f"hydra.run.dir={run_dir}"], cwd=tmp_path,
-                       env={**env(tmp_path), "WANDB_API_KEY": secret}, capture_output=True, text=True, timeout=600)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fedbench.cli",
+            "rounds=2",
+            "clients=4",
+            "logger=offline",
+            "logger.console=false",
+            "checkpoint.every=1",
+            f"hydra.run.dir={run_dir}",
+        ],
+        cwd=tmp_path,
+        env={**env(tmp_path), "WANDB_API_KEY": secret},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     assert secret not in p.stdout + p.stderr
     files = [f for f in run_dir.rglob("*") if f.is_file()]
@@ -230,11 +296,22 @@ def test_secrets_never_reach_outputs(tmp_path):
 
 @pytest.mark.parametrize("launcher", ["parallel", "submitit_local"])
 def test_multirun_through_launchers(tmp_path, launcher):
-    pytest.importorskip("hydra_plugins.hydra_joblib_launcher" if launcher == "parallel" else "hydra_plugins.hydra_submitit_launcher")
+    pytest.importorskip(
+        "hydra_plugins.hydra_joblib_launcher" if launcher == "parallel" else "hydra_plugins.hydra_submitit_launcher"
+    )
     sweep = tmp_path / "sweep"
     extra = ["hydra.launcher.n_jobs=2"] if launcher == "parallel" else ["hydra.launcher.timeout_min=20"]
-    fedbench("-m", f"hydra/launcher={launcher}", *extra, "seed=0,1", "rounds=2", "clients=4", "logger=none",
-             f"hydra.sweep.dir={sweep}", tmp_path=tmp_path)
+    fedbench(
+        "-m",
+        f"hydra/launcher={launcher}",
+        *extra,
+        "seed=0,1",
+        "rounds=2",
+        "clients=4",
+        "logger=none",
+        f"hydra.sweep.dir={sweep}",
+        tmp_path=tmp_path,
+    )
     done = [json.loads(p.read_text())["status"] for p in sweep.glob("*/status.json")]
     assert done == ["complete", "complete"]
 

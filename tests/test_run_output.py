@@ -1,5 +1,6 @@
 """What a run and a sweep print when their output is redirected (nohup, SLURM, CI), the run's run.log, and the
 per-round metrics.csv and curves.png (issue 20, items 3, 4 and 7). Real subprocesses whose stdout is a pipe."""
+
 from __future__ import annotations
 
 import csv
@@ -18,8 +19,11 @@ CLI = [sys.executable, "-m", "fedbench.cli"]
 
 def env(tmp_path: Path) -> dict:
     """Python's default buffering (a block-buffered pipe, as under nohup, SLURM or CI): a line shows only if flushed."""
-    return {**{k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}, "WANDB_MODE": "offline",
-            "FEDBENCH_CACHE": str(tmp_path / "cache")}
+    return {
+        **{k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"},
+        "WANDB_MODE": "offline",
+        "FEDBENCH_CACHE": str(tmp_path / "cache"),
+    }
 
 
 def csv_rows(path: Path) -> list[dict]:
@@ -43,28 +47,44 @@ def test_redirected_run_prints_each_evaluated_round_at_once_and_logs_it_in_run_l
     """stdout is a pipe: the header, then one plain line per evaluated round, each readable while the run goes on
     (the process is killed after round 4's line: a buffered line would arrive only when the buffer fills or at exit)."""
     run_dir = tmp_path / "a-long-run-dir-name-so-the-lines-are-wider-than-eighty-columns" / "run"
-    p = subprocess.Popen([*CLI, "rounds=1000", "clients=3", "local_epochs=1", "eval_every=2", "logger=none",
-                          "logger.console=true", "hardware=cpu", "hardware.threads=1", f"hydra.run.dir={run_dir}"],
-                         cwd=tmp_path, env=env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [
+            *CLI,
+            "rounds=1000",
+            "clients=3",
+            "local_epochs=1",
+            "eval_every=2",
+            "logger=none",
+            "logger.console=true",
+            "hardware=cpu",
+            "hardware.threads=1",
+            f"hydra.run.dir={run_dir}",
+        ],
+        cwd=tmp_path,
+        env=env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     seen, alive = [], False
     try:
         for line in p.stdout:
             seen.append(line.rstrip("\n"))
-            if line.startswith("round 4/"):   # read at once: the run is not far past round 4 (a pipe's 8 KiB buffer
-                status = json.loads((run_dir / "status.json").read_text())   # would first fill at round ~190)
+            if line.startswith("round 4/"):  # read at once: the run is not far past round 4 (a pipe's 8 KiB buffer
+                status = json.loads((run_dir / "status.json").read_text())  # would first fill at round ~190)
                 alive = p.poll() is None and status["status"] == "running" and status["round"] < 100
                 break
     finally:
         p.kill()
         p.communicate(timeout=60)
     assert seen and alive, (seen, p.stderr)
-    assert seen[0] == f"fedbench: run dir {run_dir}" and len(seen[0]) > 80   # whole, not cut to 80 columns
+    assert seen[0] == f"fedbench: run dir {run_dir}" and len(seen[0]) > 80  # whole, not cut to 80 columns
     assert seen[1] == "fedbench: fedavg on digits, partition dirichlet, model mlp, seed 0, 1000 rounds, 3 clients"
     assert seen[2] == "fedbench: device cpu, executor sequential, precision fp32"
     rounds = [ln for ln in seen if ln.startswith("round ")]
-    assert [ln.split()[1] for ln in rounds] == ["0/1000", "2/1000", "4/1000"]   # evaluated rounds only (eval_every=2)
+    assert [ln.split()[1] for ln in rounds] == ["0/1000", "2/1000", "4/1000"]  # evaluated rounds only (eval_every=2)
     metrics = {r["round"]: r for r in jsonl(run_dir / "metrics.jsonl") if "pers/acc" in r}
-    for ln in rounds:   # the round's own numbers, elapsed and ETA
+    for ln in rounds:  # the round's own numbers, elapsed and ETA
         words = ln.split()
         t = int(words[1].split("/")[0])
         assert words[words.index("pers/acc") + 1] == f"{metrics[t]['pers/acc']:.4f}"
@@ -72,7 +92,7 @@ def test_redirected_run_prints_each_evaluated_round_at_once_and_logs_it_in_run_l
         assert ("train/loss" in words) == (t > 0) and "elapsed" in words and "eta" in words
     assert rounds[0].endswith("eta -") and not rounds[2].endswith("eta -")
     log = (run_dir / "run.log").read_text().splitlines()
-    assert log[:len(seen)] == seen   # run.log holds the same lines, written as they were printed
+    assert log[: len(seen)] == seen  # run.log holds the same lines, written as they were printed
 
 
 @pytest.mark.parametrize("start_round", [0, 2])
@@ -85,7 +105,7 @@ def test_a_round_line_eta_is_the_pace_of_this_session_times_the_rounds_left(tmp_
     sink.header("fedbench: header")
     sink.t0 -= 100
     sink.log(4, {"pers/acc": 0.5, "train/loss": 1.25})
-    sink.log(5, {"train/loss": 1.0})   # not evaluated: no line
+    sink.log(5, {"train/loss": 1.0})  # not evaluated: no line
     sink.finish("failed")
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "fedbench: header" and len(out) == 2 and (tmp_path / "run.log").read_text().splitlines() == out
@@ -100,9 +120,27 @@ def sweep(tmp_path_factory):
     """One cheap sweep, redirected: 2 jobs of the smoke experiment at 1 round, the second one diverging."""
     tmp = tmp_path_factory.mktemp("sweep")
     d = tmp / "sweep"
-    p = subprocess.run([*CLI, "-m", "+experiment=smoke", "rounds=1", "clients=3", "algorithm=fedavg", "seed=0",
-                        "lr=0.05,1e6", "logger.console=true", "hardware=cpu", "hardware.threads=1",
-                        f"hydra.sweep.dir={d}"], cwd=tmp, env=env(tmp), capture_output=True, text=True, timeout=600)
+    p = subprocess.run(
+        [
+            *CLI,
+            "-m",
+            "+experiment=smoke",
+            "rounds=1",
+            "clients=3",
+            "algorithm=fedavg",
+            "seed=0",
+            "lr=0.05,1e6",
+            "logger.console=true",
+            "hardware=cpu",
+            "hardware.threads=1",
+            f"hydra.sweep.dir={d}",
+        ],
+        cwd=tmp,
+        env=env(tmp),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     jobs = {json.loads(ln)["job"]: json.loads(ln) for ln in (d / "jobs.jsonl").read_text().splitlines()}
     return d, p, jobs
 
@@ -114,20 +152,22 @@ def test_sweep_prints_its_dir_first_then_job_k_of_n_with_an_eta(sweep):
     starts = [ln for ln in out if ln.startswith("fedbench: job ")]
     assert [ln.split()[2] for ln in starts] == ["1/2", "2/2"]
     assert "lr=0.05" in starts[0] and "lr=1000000.0" in starts[1]
-    assert "eta" not in starts[0] and ", eta " in starts[1]   # an ETA once a job has finished
+    assert "eta" not in starts[0] and ", eta " in starts[1]  # an ETA once a job has finished
 
 
 def test_the_sweep_eta_is_the_mean_time_of_the_finished_jobs_times_the_jobs_left(tmp_path):
     from fedbench.sweep import job_line
 
-    launch = f"1-{time.time_ns() - 600 * 10**9}"   # launched 10 minutes ago
-    with open(tmp_path / "jobs.jsonl", "w") as f:   # 2 jobs of this launch done (and one of another launch)
+    launch = f"1-{time.time_ns() - 600 * 10**9}"  # launched 10 minutes ago
+    with open(tmp_path / "jobs.jsonl", "w") as f:  # 2 jobs of this launch done (and one of another launch)
         for job, who in ((0, launch), (1, launch), (0, "2-0")):
-            f.write(json.dumps({"launch": who, "job": job, "dir": str(tmp_path / str(job)), "status": "complete"}) + "\n")
+            f.write(
+                json.dumps({"launch": who, "job": job, "dir": str(tmp_path / str(job)), "status": "complete"}) + "\n"
+            )
     line = job_line(tmp_path, launch, 2, 6, ["seed=2"])
     assert line.startswith("fedbench: job 3/6 (seed=2); sweep 0:10:0")
     so_far, eta = line.split("sweep ")[1].split(" so far, eta ")
-    assert abs(seconds(eta) - 2 * seconds(so_far)) <= 2, line   # 600 s / 2 jobs * 4 jobs left
+    assert abs(seconds(eta) - 2 * seconds(so_far)) <= 2, line  # 600 s / 2 jobs * 4 jobs left
 
 
 def test_each_job_has_its_header_rounds_and_end_lines_also_in_its_run_log(sweep):
@@ -142,11 +182,13 @@ def test_each_job_has_its_header_rounds_and_end_lines_also_in_its_run_log(sweep)
         assert "seed 0, 1 round, 3 clients" in log[1] and "lr: 1000000.0" not in cfg
         best = summary["metrics"]["pers/acc"]
         assert log[-2].startswith("fedbench: complete, 1 round in ")
-        assert (f"pers/acc best {best['best']:.4f} (round {best['best_round']}), last {best['last']:.4f}, "
-                f"final {best['final']:.4f} (mean of the last evaluations, eval.final_window)") in log[-2]
+        assert (
+            f"pers/acc best {best['best']:.4f} (round {best['best_round']}), last {best['last']:.4f}, "
+            f"final {best['final']:.4f} (mean of the last evaluations, eval.final_window)"
+        ) in log[-2]
         assert [ln.split()[1] for ln in log if ln.startswith("round ")] == ["0/1", "1/1"]
         i = out.index(log[0])
-        assert out[i:i + len(log)] == log   # the same lines on stdout, in one block
+        assert out[i : i + len(log)] == log  # the same lines on stdout, in one block
 
 
 def test_sweep_ends_with_a_table_of_its_jobs_and_the_report_command(sweep):
@@ -154,13 +196,13 @@ def test_sweep_ends_with_a_table_of_its_jobs_and_the_report_command(sweep):
     out = p.stdout.splitlines()
     assert out[-1] == f"fedbench-report {d}"
     start = out.index(f"fedbench: sweep {d}: 1 of 2 jobs complete")
-    header, *rows = out[start + 1:-1]
+    header, *rows = out[start + 1 : -1]
     assert header.split() == ["job", "overrides", "status", "pers/acc", "best", "final", "time"]
     assert len(rows) == 2
     for row, job in zip(rows, (jobs[0], jobs[1])):
         words = row.split()
         lr = next(o for o in job["overrides"] if o.startswith("lr="))
-        assert words[:3] == [str(job["job"] + 1), lr, job["status"]]   # only the override that varies
+        assert words[:3] == [str(job["job"] + 1), lr, job["status"]]  # only the override that varies
         if job["status"] == "complete":
             s = json.loads((Path(job["dir"]) / "summary.json").read_text())["metrics"]["pers/acc"]
             assert words[3:5] == [f"{s['best']:.4f}", f"{s['final']:.4f}"]
@@ -173,15 +215,15 @@ def test_sweep_ends_with_a_table_of_its_jobs_and_the_report_command(sweep):
 
 def test_every_run_dir_gets_metrics_csv_and_curves_png(sweep):
     d, p, jobs = sweep
-    for job in jobs.values():   # the diverged run too (its rounds so far)
+    for job in jobs.values():  # the diverged run too (its rounds so far)
         run_dir = Path(job["dir"])
         assert (run_dir / "curves.png").stat().st_size > 0
         rows = csv_rows(run_dir / "metrics.csv")
         logged = [r for r in jsonl(run_dir / "metrics.jsonl") if "pers/acc" in r]
-        assert [int(r["round"]) for r in rows] == [r["round"] for r in logged]   # each evaluated round once
+        assert [int(r["round"]) for r in rows] == [r["round"] for r in logged]  # each evaluated round once
         for r, m in zip(rows, logged):
             assert float(r["pers/acc"]) == m["pers/acc"]
-            assert "global/class_acc" not in r   # lists are left to metrics.jsonl
+            assert "global/class_acc" not in r  # lists are left to metrics.jsonl
 
 
 def test_the_curves_have_whole_rounds_on_the_x_axis_and_are_at_least_1000_px_wide(sweep):
@@ -190,7 +232,7 @@ def test_the_curves_have_whole_rounds_on_the_x_axis_and_are_at_least_1000_px_wid
     d, p, jobs = sweep
     run_dir = Path(jobs[0]["dir"])
     with open(run_dir / "curves.png", "rb") as f:
-        width = int.from_bytes(f.read(24)[16:20], "big")   # the PNG header's width
+        width = int.from_bytes(f.read(24)[16:20], "big")  # the PNG header's width
     assert width >= 1000
     fig = curves_figure(read_rounds(run_dir / "metrics.jsonl"))
     for ax in fig.axes:
@@ -207,11 +249,11 @@ def test_metrics_csv_after_a_resume_has_each_round_once_as_metrics_jsonl(tmp_pat
 
     run_dir = tmp_path / "run"
     cfg = make_cfg("rounds=3", "clients=3", "checkpoint.every=1", "checkpoint.keep=5")
-    (run_dir / "summary.json").mkdir(parents=True)   # a directory in the way: the summary cannot be written
+    (run_dir / "summary.json").mkdir(parents=True)  # a directory in the way: the summary cannot be written
     with pytest.raises(WriteFailed):
         run_cfg(cfg, run_dir)
     (run_dir / "summary.json").rmdir()
-    (run_dir / "metrics.csv").unlink()   # as if killed before its end
+    (run_dir / "metrics.csv").unlink()  # as if killed before its end
     with open(run_dir / "metrics.jsonl", "a") as f:
         f.write(json.dumps({"round": 3, "pers/acc": 0.123, "train/loss": 9.0}) + "\n")
     run_cfg(cfg, run_dir)
@@ -228,23 +270,50 @@ def test_a_single_run_under_a_stale_sweep_environment_is_not_a_sweep(tmp_path):
     that ran a sweep in-process) is one run: a failure prints its one line, not the sweep's "stopped early" line and
     table; and an in-process sweep removes those variables when it ends."""
     stale = {**env(tmp_path), "FEDBENCH_LAUNCH": "1-0", "FEDBENCH_SWEEP_JOBS": "4", "FEDBENCH_SWEPT": "seed"}
-    p = subprocess.run([*CLI, "rounds=1", "clients=3", "lr=1e6", "hardware=cpu", "hardware.threads=1",
-                        f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, env=stale, capture_output=True, text=True,
-                       timeout=600)
+    p = subprocess.run(
+        [
+            *CLI,
+            "rounds=1",
+            "clients=3",
+            "lr=1e6",
+            "hardware=cpu",
+            "hardware.threads=1",
+            f"hydra.run.dir={tmp_path / 'run'}",
+        ],
+        cwd=tmp_path,
+        env=stale,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert p.returncode == 1
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "diverged in round 1" in lines[0], p.stderr[-2000:]
     assert "sweep" not in p.stdout.lower()
 
+    from omegaconf import OmegaConf
+
     from fedbench.sweep import SweepSummary
 
-    from omegaconf import OmegaConf
-    cfg = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path / "sw")}, "sweeper": {}, "overrides": {"task": []},
-                                      "job": {"name": "x"}}, "logger": {"wandb": {"mode": "disabled"}}})
+    cfg = OmegaConf.create(
+        {
+            "hydra": {
+                "sweep": {"dir": str(tmp_path / "sw")},
+                "sweeper": {},
+                "overrides": {"task": []},
+                "job": {"name": "x"},
+            },
+            "logger": {"wandb": {"mode": "disabled"}},
+        }
+    )
     (tmp_path / "sw").mkdir()
     os.environ.update({"FEDBENCH_LAUNCH": "2-0", "FEDBENCH_SWEEP_JOBS": "1", "FEDBENCH_SWEPT": "seed"})
     try:
         SweepSummary().on_multirun_end(cfg)
     finally:
-        left = {k: os.environ.pop(k) for k in ("FEDBENCH_LAUNCH", "FEDBENCH_SWEEP_JOBS", "FEDBENCH_SWEPT") if k in os.environ}
+        left = {
+            k: os.environ.pop(k)
+            for k in ("FEDBENCH_LAUNCH", "FEDBENCH_SWEEP_JOBS", "FEDBENCH_SWEPT")
+            if k in os.environ
+        }
     assert left == {}

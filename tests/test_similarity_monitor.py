@@ -1,5 +1,6 @@
 """FedReMa's S/MDS diagnostics (Eq. 5, Alg. 1, Eq. 8) as a monitor beside any method — the paper's Figure 3 shows S
 while training FedAvg."""
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,14 @@ from fedbench.errors import ConfigError
 from fedbench.run import Run
 
 K = 5
-BASE = ("model=tiny_cnn", "partition=dominant_groups", "partition.samples_per_client=60", f"clients={K}",
-        "hardware.precision=fp64", "rounds=3")
+BASE = (
+    "model=tiny_cnn",
+    "partition=dominant_groups",
+    "partition.samples_per_client=60",
+    f"clients={K}",
+    "hardware.precision=fp64",
+    "rounds=3",
+)
 MONITOR = ("eval.similarity.enabled=true", "eval.similarity.save_rounds=[1,3]")
 
 
@@ -33,8 +40,11 @@ def _hand_similarity(run, heads: dict, bufs: dict, t: int, M: float = 0.5, scale
     softmax(φ_j(h)) (T = 1), s_kj = cos, s_kk = 1 — a plain loop over client pairs."""
     fm, d = run.fm, run.fm.net.feature_dim
     probes = torch.rand(K, d, generator=seeding.torch_generator(run.cfg.seed, "probe", t), dtype=torch.float64) * scale
-    head = lambda i, h: fm.head({n: v[i] for n, v in heads.items()}, {n: v[i] for n, v in bufs.items()},  # noqa: E731
-                                h.unsqueeze(0))[0]
+    head = lambda i, h: fm.head(
+        {n: v[i] for n, v in heads.items()},
+        {n: v[i] for n, v in bufs.items()},  # noqa: E731
+        h.unsqueeze(0),
+    )[0]
     S = np.ones((K, K))
     fm.set_mode(False)
     with torch.no_grad():
@@ -55,19 +65,20 @@ def test_monitor_beside_fedavg_computes_s_on_the_rounds_trained_local_heads(tmp_
     replay = Run(cfg, tmp_path / "replay")
     replay.setup()
     algo, clients = replay.algorithm, torch.arange(K)
-    res = algo.local_train(1, clients, (broadcast(replay.initial_params, K), broadcast(replay.initial_buffers, K)),
-                           algo.train_spec)
+    res = algo.local_train(
+        1, clients, (broadcast(replay.initial_params, K), broadcast(replay.initial_buffers, K)), algo.train_spec
+    )
     heads = {n: v for n, v in res.params.items() if n.startswith("head.")}
-    bufs = {n: v for n, v in res.buffers.items() if n.startswith("head.")}   # the head's BatchNorm (eval mode)
+    bufs = {n: v for n, v in res.buffers.items() if n.startswith("head.")}  # the head's BatchNorm (eval mode)
     assert bufs
     want = _hand_similarity(replay, heads, bufs, 1)
     saved = np.load(out / "round_00001.npz")
     assert np.allclose(saved["S"], want, atol=1e-12)
-    assert not np.allclose(want, 1.0)                       # local heads differ (the global model's would give S = 1)
+    assert not np.allclose(want, 1.0)  # local heads differ (the global model's would give S = 1)
     rows = {r["round"]: r for r in map(json.loads, (tmp_path / "run" / "metrics.jsonl").read_text().splitlines())}
     sets, gaps = zip(*(_code_row(want[k]) for k in range(K)))
     assert rows[1]["similarity/relevant_set_sizes"] == [len(a) for a in sets]
-    assert rows[1]["similarity/mean_max_diff"] == pytest.approx(np.mean(gaps), abs=1e-12)   # Δs̄ (Eq. 8, as a mean)
+    assert rows[1]["similarity/mean_max_diff"] == pytest.approx(np.mean(gaps), abs=1e-12)  # Δs̄ (Eq. 8, as a mean)
     assert saved["relevant"].sum(1).tolist() == [len(a) for a in sets]
     assert all("similarity/mean_max_diff" in rows[t] for t in (1, 2, 3))
     assert sorted(p.name for p in out.glob("round_*.npz")) == ["round_00001.npz", "round_00003.npz"]
@@ -75,7 +86,8 @@ def test_monitor_beside_fedavg_computes_s_on_the_rounds_trained_local_heads(tmp_
 
 
 def test_monitor_beside_fedrema_sees_what_fedrema_sees(tmp_path):
-    """Same trained heads, probes and temperatures: the monitor's S and Δs̄ are FedReMa's own (one concept, one place)."""
+    """Same trained heads, probes and temperatures: the monitor's S and Δs̄ are FedReMa's own
+    (one concept, one place)."""
     cfg = make_cfg("algorithm=fedrema", *BASE, *MONITOR, "algorithm.plot_every=1")
     run_cfg(cfg, tmp_path)
     for t in (1, 3):
@@ -96,10 +108,14 @@ def test_figure3_experiment_composes_fedavg_in_the_table1_cifar10_setting_with_t
     assert list(small.eval.similarity.save_rounds) == [1, 5, 10, 15] and small.rounds == 15
 
 
-@pytest.mark.parametrize("key,value", [("every", 0), ("save_rounds", "[0]"), ("temperature", 0), ("probe_scale", -1),
-                                       ("ignore_self_gap", "maybe")])
+@pytest.mark.parametrize(
+    "key,value",
+    [("every", 0), ("save_rounds", "[0]"), ("temperature", 0), ("probe_scale", -1), ("ignore_self_gap", "maybe")],
+)
 def test_bad_similarity_config_fails_before_training(tmp_path, key, value):
     with pytest.raises(ConfigError) as e:
-        run_cfg(make_cfg("algorithm=fedavg", "eval.similarity.enabled=true", f"eval.similarity.{key}={value}"), tmp_path)
+        run_cfg(
+            make_cfg("algorithm=fedavg", "eval.similarity.enabled=true", f"eval.similarity.{key}={value}"), tmp_path
+        )
     assert f"eval.similarity.{key}" in str(e.value)
     assert not (tmp_path / "metrics.jsonl").exists()

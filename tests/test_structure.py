@@ -1,5 +1,6 @@
 """How a run is put together (README "How a run is put together"): a short run.py, the config validated once per run,
 the callbacks called in the order the round loop documents (fedbench/callbacks.py)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -43,7 +44,7 @@ class Recorder(Callback):
 def test_validate_runs_once_and_callbacks_are_called_in_the_documented_order(tmp_path, monkeypatch):
     calls = []
 
-    def counted(cfg):   # the real check, counted
+    def counted(cfg):  # the real check, counted
         calls.append(cfg)
         return validate(cfg)
 
@@ -54,9 +55,13 @@ def test_validate_runs_once_and_callbacks_are_called_in_the_documented_order(tmp
     assert summary["status"] == "complete"
     assert len(calls) == 1, f"validate ran {len(calls)} times"
     # an extra callback comes after the run's own: the loggers' callback has recorded the round's row before it
-    assert rec.calls == [("on_start", 0, [0]),
-                         ("before_round", 1, [0]), ("after_round", 1, [0, 1]),
-                         ("before_round", 2, [0, 1]), ("after_round", 2, [0, 1, 2]),
-                         ("on_end", "complete", [0, 1, 2])]
+    assert rec.calls == [
+        ("on_start", 0, [0]),
+        ("before_round", 1, [0]),
+        ("after_round", 1, [0, 1]),
+        ("before_round", 2, [0, 1]),
+        ("after_round", 2, [0, 1, 2]),
+        ("on_end", "complete", [0, 1, 2]),
+    ]
     # round 2's metrics: the algorithm's, time/round, then the evaluation's, then time/eval
     assert rec.keys.index("time/round") < rec.keys.index("pers/acc") < rec.keys.index("time/eval") == len(rec.keys) - 1

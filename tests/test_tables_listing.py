@@ -1,6 +1,7 @@
 """fedbench-tables (issue #20 item 8): a filter (`fedbench-tables fedrema`), each command whole on a line of its own
 at any terminal width, and runtime estimates kept as data (conf/runtimes.yaml) whose arithmetic is jobs x rounds x
 the measured seconds per round."""
+
 from __future__ import annotations
 
 import pytest
@@ -25,7 +26,7 @@ def test_filter_and_commands_on_their_own_lines(monkeypatch, capsys):
     code, out = _listing(["fedrema"], 60, monkeypatch, capsys)
     assert code == 0
     lines = out.splitlines()
-    for e in fedrema:   # a 60-column terminal: every command still whole, on one line (the terminal may fold it)
+    for e in fedrema:  # a 60-column terminal: every command still whole, on one line (the terminal may fold it)
         assert any(e["command"] in ln for ln in lines) and any(e["reduced"] in ln for ln in lines), e["name"]
     assert "fedka/" not in out and "ECL" not in out
     code, _ = _listing(["nosuchpaper"], 100, monkeypatch, capsys)
@@ -52,7 +53,8 @@ def test_stored_estimates_are_listed(monkeypatch, capsys):
 def test_estimate_is_jobs_times_rounds_times_measured_round(tmp_path):
     """The smoke table (digits, 6 jobs of 5 rounds): its sweep's methods cost the same per round, so the estimate is
     exactly 6 x 5 x s/round; a swept local_epochs=1,3 makes the job cost the mean of the two, more than E=1 alone.
-    Written into a copy of conf/: the other tables' stored estimates stay (a filtered --estimate re-measures its own)."""
+    Written into a copy of conf/: the other tables' stored estimates stay
+    (a filtered --estimate re-measures its own)."""
     import shutil
 
     from fedbench.report.runtime import write_estimates
@@ -66,7 +68,7 @@ def test_estimate_is_jobs_times_rounds_times_measured_round(tmp_path):
     paper, cpu = after["smoke"]["paper"], after["smoke"]["cpu"]
     assert (paper["runs"], paper["rounds"]) == (6, 5)
     assert paper["seconds"] == pytest.approx(6 * 5 * paper["s_per_round"], rel=1e-2)
-    assert cpu["runs"] == 3 * 2                                     # 3 methods x E in {1, 3}, one seed
+    assert cpu["runs"] == 3 * 2  # 3 methods x E in {1, 3}, one seed
     assert cpu["seconds"] > 1.2 * cpu["runs"] * cpu["rounds"] * cpu["s_per_round"]
     assert {k: v for k, v in after.items() if k != "smoke"} == {k: v for k, v in before.items() if k != "smoke"}
     assert len(before) > 5

@@ -1,5 +1,6 @@
 """The vectorized executor on clients of any sizes: one batched call per local step index, padded batches masked,
 results equal to the sequential executor, no host sync in the step loop, client chunks that fit a memory budget."""
+
 from __future__ import annotations
 
 import logging
@@ -32,8 +33,13 @@ ADAM = optim.OptimSpec(name="adam", lr=0.01, weight_decay=1e-3)
 
 def _net(dtype):
     torch.manual_seed(0)
-    net = build_model(OmegaConf.create({"name": "cnn", "channels": [4, 8], "kernel_size": 3, "padding": 1, "hidden": [16],
-                                        "batch_norm": True}), (1, 8, 8), 10).to(dtype)   # BatchNorm in body and head
+    net = build_model(
+        OmegaConf.create(
+            {"name": "cnn", "channels": [4, 8], "kernel_size": 3, "padding": 1, "hidden": [16], "batch_norm": True}
+        ),
+        (1, 8, 8),
+        10,
+    ).to(dtype)  # BatchNorm in body and head
     return FModel(net)
 
 
@@ -46,7 +52,9 @@ def dirichlet(alpha: float, clients: int = 6):
     if (alpha, clients) not in _DATA:
         cfg = make_cfg("partition=dirichlet", f"partition.alpha={alpha}", f"clients={clients}")
         ds = load_dataset(cfg.dataset, cache_dir=cfg.cache_dir)
-        part = make_partition(cfg.partition, ds.y.numpy(), ds.n_train, ds.num_classes, clients, seeding.rng(0, "partition"))
+        part = make_partition(
+            cfg.partition, ds.y.numpy(), ds.n_train, ds.num_classes, clients, seeding.rng(0, "partition")
+        )
         x = torch.randn(ds.x.shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
         _DATA[alpha, clients] = (x, ds.y, part.train)
     return _DATA[alpha, clients]
@@ -61,20 +69,33 @@ def _job(fm, dtype, sched, x, y, spec, state=None, params=None, trainable=None, 
 
 def _max_diff(a: dict, b: dict, keys=None) -> float:
     """max over tensors of max |a - b| / max(1, max |a|) (relative to the tensor's scale, e.g. BN running stats)."""
-    return max(((a[k].double() - b[k].double()).abs().max().item() / max(1.0, a[k].double().abs().max().item())
-                for k in (keys or a)), default=0.0)
+    return max(
+        (
+            (a[k].double() - b[k].double()).abs().max().item() / max(1.0, a[k].double().abs().max().item())
+            for k in (keys or a)
+        ),
+        default=0.0,
+    )
 
 
 def _redundant_biases(fm) -> list[str]:
     """Biases of layers feeding a BatchNorm: BN removes any constant, so their exact gradient is 0 and what they
     receive is round-off; Adam normalises round-off into full steps (with either executor, differently)."""
     names = fm.param_names
-    return [n for i, n in enumerate(names) if n.endswith(".bias") and i + 1 < len(names)
-            and fm.net.get_submodule(names[i + 1].rsplit(".", 1)[0]).__class__.__name__.startswith("BatchNorm")]
+    return [
+        n
+        for i, n in enumerate(names)
+        if n.endswith(".bias")
+        and i + 1 < len(names)
+        and fm.net.get_submodule(names[i + 1].rsplit(".", 1)[0]).__class__.__name__.startswith("BatchNorm")
+    ]
 
 
-@pytest.mark.parametrize("dtype,tol,spec", [(torch.float64, 1e-9, SGD), (torch.float32, 1e-5, SGD), (torch.float64, 1e-9, ADAM)],
-                         ids=["fp64-sgd-momentum-wd-clip", "fp32-sgd-momentum-wd-clip", "fp64-adam-wd"])
+@pytest.mark.parametrize(
+    "dtype,tol,spec",
+    [(torch.float64, 1e-9, SGD), (torch.float32, 1e-5, SGD), (torch.float64, 1e-9, ADAM)],
+    ids=["fp64-sgd-momentum-wd-clip", "fp32-sgd-momentum-wd-clip", "fp64-adam-wd"],
+)
 @pytest.mark.parametrize("drop_last", [False, True])
 def test_vectorized_equals_sequential_on_dirichlet_clients(dtype, tol, spec, drop_last):
     """Dir(0.3) clients of very different sizes, ragged last batches (drop_last=false) or none (true), a BN model,
@@ -85,12 +106,14 @@ def test_vectorized_equals_sequential_on_dirichlet_clients(dtype, tol, spec, dro
     x, y, train = dirichlet(0.3)
     fm = _net(dtype)
     trainable = [n for n in fm.param_names if spec.name != "adam" or n not in _redundant_biases(fm)]
-    out = {E.name: _two_rounds(E, fm, dtype, spec, trainable, x, train, y, drop_last)
-           for E in (SequentialExecutor(), VectorizedExecutor())}
+    out = {
+        E.name: _two_rounds(E, fm, dtype, spec, trainable, x, train, y, drop_last)
+        for E in (SequentialExecutor(), VectorizedExecutor())
+    }
     sched = make_schedule(train, list(range(len(train))), 32, 0, "train", 2, epochs=2, drop_last=drop_last)
     steps = [len(s) for s in sched]
-    assert len(set(steps)) > 2                                       # ragged: clients with different step counts
-    assert drop_last or any(len(b) < 32 for s in sched for b in s)   # ... and short batches to pad
+    assert len(set(steps)) > 2  # ragged: clients with different step counts
+    assert drop_last or any(len(b) < 32 for s in sched for b in s)  # ... and short batches to pad
     s, v = out["sequential"], out["vectorized"]
     moms = [k for k in s.opt_state if k.split(":")[-1] in trainable]
     assert _max_diff(s.params, v.params, trainable) <= tol
@@ -104,14 +127,16 @@ def test_vectorized_equals_sequential_on_dirichlet_clients(dtype, tol, spec, dro
         # run's, its BN statistics 1.1e-5, while the two executors differ by 1.1e-5 / 1.7e-5 (round-off in the padded
         # steps' sums, amplified by 4 epochs of momentum SGD; 3e-7 with drop_last). So the claim is: the vectorized
         # fp32 result is as close to the fp64 answer as the sequential one (within 3x; measured 0.3-1.0x).
-        ref = _two_rounds(SequentialExecutor(), _net(torch.float64), torch.float64, spec, trainable, x, train, y, drop_last)
+        ref = _two_rounds(
+            SequentialExecutor(), _net(torch.float64), torch.float64, spec, trainable, x, train, y, drop_last
+        )
         for part, keys in (("params", trainable), ("buffers", None), ("opt_state", moms)):
             err = {n: _max_diff(getattr(ref, part), getattr(out[n], part), keys) for n in out}
             assert err["vectorized"] <= 3 * err["sequential"] + 1e-7, (part, err)
         for n in out:
             assert (ref.loss - out[n].loss.double()).abs().max() <= 1e-5
     p0 = fm.init_state(dtype)[0]
-    assert (s.params["head.0.weight"] - p0["head.0.weight"]).abs().max() > 1e-2   # it trained
+    assert (s.params["head.0.weight"] - p0["head.0.weight"]).abs().max() > 1e-2  # it trained
 
 
 def _two_rounds(E, fm, dtype, spec, trainable, x, train, y, drop_last):
@@ -119,8 +144,17 @@ def _two_rounds(E, fm, dtype, spec, trainable, x, train, y, drop_last):
     res = None
     for t in (1, 2):
         sched = make_schedule(train, list(range(len(train))), 32, 0, "train", t, epochs=2, drop_last=drop_last)
-        job = _job(fm, dtype, sched, x, y, spec, state=None if res is None else res.opt_state, trainable=trainable,
-                   params=None if res is None else (res.params, res.buffers))
+        job = _job(
+            fm,
+            dtype,
+            sched,
+            x,
+            y,
+            spec,
+            state=None if res is None else res.opt_state,
+            trainable=trainable,
+            params=None if res is None else (res.params, res.buffers),
+        )
         res = E.train(job)
     return res
 
@@ -128,8 +162,9 @@ def _two_rounds(E, fm, dtype, spec, trainable, x, train, y, drop_last):
 def _counting(calls: list):
     @pad_aware
     def loss(fm, p, b, x, y, ctx):
-        calls.append(tuple(x.shape))   # under vmap: once per batched call
+        calls.append(tuple(x.shape))  # under vmap: once per batched call
         return cross_entropy(fm, p, b, x, y, ctx)
+
     return loss
 
 
@@ -142,7 +177,7 @@ def test_one_batched_call_per_local_step_index(drop_last):
     sched = make_schedule(train, list(range(8)), 16, 0, "train", 1, epochs=2, drop_last=drop_last)
     steps = [len(s) for s in sched]
     groups = sum(len({len(s[t]) for s in sched if t < len(s)}) for t in range(max(steps)))
-    assert drop_last or groups > max(steps)   # sizes differ within steps: the old executor split them
+    assert drop_last or groups > max(steps)  # sizes differ within steps: the old executor split them
     calls = []
     VectorizedExecutor().train(_job(fm, torch.float64, sched, x, y, SGD, loss=_counting(calls)))
     assert len(calls) == max(steps)
@@ -161,17 +196,28 @@ def test_no_host_sync_inside_the_step_loop(spec):
     ex = VectorizedExecutor()
     counter = HostSyncCounter()
     ex.loop_mode = lambda: counter
-    ex.train(_job(fm, torch.float32, sched, x, y, spec, augment=RandomCropFlip(2, True, [-1.0]),
-                  aug_key=(0, "augment", "train", 1), client_ids=list(range(len(train)))))
+    ex.train(
+        _job(
+            fm,
+            torch.float32,
+            sched,
+            x,
+            y,
+            spec,
+            augment=RandomCropFlip(2, True, [-1.0]),
+            aug_key=(0, "augment", "train", 1),
+            client_ids=list(range(len(train))),
+        )
+    )
     assert counter.count == 0, dict(counter.calls)
 
     @pad_aware
-    def reads_host(fm, p, b, x, y, ctx):   # the counter does see a sync inside the loop
+    def reads_host(fm, p, b, x, y, ctx):  # the counter does see a sync inside the loop
         return cross_entropy(fm, p, b, x, y, ctx) * (1.0 if ctx["flag"].sum().item() >= 0 else 0.0)
 
     seen = HostSyncCounter()
     ex.loop_mode = lambda: seen
-    with pytest.raises(RuntimeError):   # .item() under vmap is refused, but only after the counter saw it
+    with pytest.raises(RuntimeError):  # .item() under vmap is refused, but only after the counter saw it
         ex.train(_job(fm, torch.float32, sched, x, y, spec, loss=reads_host, ctx={"flag": torch.ones(len(train), 1)}))
     assert seen.calls["item"] >= 1
 
@@ -180,8 +226,13 @@ def test_a_fedavg_round_with_augmentation_makes_no_host_sync(tmp_path):
     """A whole FedAvg round (schedule, augmentation, local training) through Run with the vectorized executor."""
     from fedbench.run import Run
 
-    cfg = make_cfg("hardware.executor=vectorized", "model=tiny_cnn", "clients=6", "partition.alpha=0.3",
-                   "dataset.augment={crop_padding: 1, hflip: true}")
+    cfg = make_cfg(
+        "hardware.executor=vectorized",
+        "model=tiny_cnn",
+        "clients=6",
+        "partition.alpha=0.3",
+        "dataset.augment={crop_padding: 1, hflip: true}",
+    )
     run = Run(cfg, tmp_path)
     run.setup()
     counter = HostSyncCounter()
@@ -215,11 +266,11 @@ def test_chunks_that_fit_a_memory_budget_give_identical_results():
     whole = VectorizedExecutor().train(_job(fm, torch.float64, sched, x, y, SGD))
     calls = []
     job = _job(fm, torch.float64, sched, x, y, SGD, loss=_counting(calls))
-    tiny = VectorizedExecutor(max_memory=2)   # bytes
-    assert tiny.chunk_size(job) == 1          # (its probe step is measured once, here)
+    tiny = VectorizedExecutor(max_memory=2)  # bytes
+    assert tiny.chunk_size(job) == 1  # (its probe step is measured once, here)
     calls.clear()
     one = tiny.train(job)
-    assert len(calls) == sum(steps)             # each client alone
+    assert len(calls) == sum(steps)  # each client alone
     probe = VectorizedExecutor()
     per, used = probe.client_step_bytes(job), probe.bytes_in_use(job)
     assert per > 0
@@ -228,7 +279,7 @@ def test_chunks_that_fit_a_memory_budget_give_identical_results():
     calls.clear()
     res3 = three.train(job)
     order = sorted(range(len(steps)), key=lambda m: -steps[m])
-    assert len(calls) == sum(steps[order[i]] for i in range(0, len(order), 3))   # per chunk: its longest client
+    assert len(calls) == sum(steps[order[i]] for i in range(0, len(order), 3))  # per chunk: its longest client
     for res in (one, res3):
         assert _max_diff(whole.params, res.params) <= 1e-12 and _max_diff(whole.buffers, res.buffers) <= 1e-12
         assert (whole.loss - res.loss).abs().max() <= 1e-12
@@ -254,8 +305,11 @@ class SmallDevice(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        size = sum(t.numel() * t.element_size() for t in (out if isinstance(out, (tuple, list)) else [out])
-                   if isinstance(t, torch.Tensor))
+        size = sum(
+            t.numel() * t.element_size()
+            for t in (out if isinstance(out, (tuple, list)) else [out])
+            if isinstance(t, torch.Tensor)
+        )
         self.largest = max(self.largest, size)
         if self.limit is not None and size > self.limit:
             self.over += 1
@@ -275,11 +329,11 @@ def test_out_of_memory_halves_the_chunk_and_says_so_once(caplog, when):
     job, first = _job(fm, torch.float64, sched, x, y, SGD), _job(fm, torch.float64, sched[:1], x, y, SGD)
     whole = VectorizedExecutor().train(job)
     alone = SmallDevice()
-    with alone:   # the largest tensor one client's step makes
+    with alone:  # the largest tensor one client's step makes
         VectorizedExecutor().train(first)
     limit, once_after = 2.5 * alone.largest, None
     if when == "mid-chunk":
-        big = SmallDevice(limit=limit, once_after=10 ** 9)   # counts the oversized results of the whole 6-client call
+        big = SmallDevice(limit=limit, once_after=10**9)  # counts the oversized results of the whole 6-client call
         with big:
             VectorizedExecutor().train(job)
         once_after = big.over // 2
@@ -306,8 +360,10 @@ def test_packs_of_batches_are_padded_batch_by_batch():
     sched = make_schedule(idx, [0, 1, 2], 16, 0, "train", 1, steps=3, batches_per_step=2)
     assert [len(s[0]) for s in sched] == [10, 24, 32]
     fm = _net(torch.float64)
-    out = [E.train(_job(fm, torch.float64, sched, x, y, SGD, loss=_pack_loss, pack=2))
-           for E in (SequentialExecutor(), VectorizedExecutor())]
+    out = [
+        E.train(_job(fm, torch.float64, sched, x, y, SGD, loss=_pack_loss, pack=2))
+        for E in (SequentialExecutor(), VectorizedExecutor())
+    ]
     assert _max_diff(out[0].params, out[1].params) <= 1e-9 and _max_diff(out[0].buffers, out[1].buffers) <= 1e-9
 
 
@@ -329,7 +385,7 @@ def test_a_loss_not_marked_pad_aware_runs_sequentially_on_uneven_batches(caplog)
     assert sum("not marked pad-aware" in r.getMessage() for r in caplog.records) == 1
     assert _max_diff(seq.params, vec.params) <= 1e-12
     wrong = ex.train(_job(fm, torch.float64, sched, x, y, SGD, loss=pad_aware(lambda *a: _whole_batch_loss(*a))))
-    assert _max_diff(seq.params, wrong.params) > 1e-6   # why the mark matters: padded, this loss is another loss
+    assert _max_diff(seq.params, wrong.params) > 1e-6  # why the mark matters: padded, this loss is another loss
 
 
 @pytest.mark.parametrize("shape", [(7, 3, 4, 5), (7, 3)])
@@ -352,7 +408,9 @@ def test_masked_batch_norm_equals_batch_norm_of_the_real_samples(shape):
         want = F.batch_norm(x[m, :n], erm, erv, w[m], bias[m], True, 0.3, 1e-5)
         assert torch.allclose(out[m, :n], want, atol=1e-12)
         assert torch.allclose(rm[m], erm, atol=1e-12) and torch.allclose(rv[m], erv, atol=1e-12)
-    assert torch.equal(masked_batch_norm(x[0], None, None, training=True), F.batch_norm(x[0], None, None, training=True))
+    assert torch.equal(
+        masked_batch_norm(x[0], None, None, training=True), F.batch_norm(x[0], None, None, training=True)
+    )
 
 
 def test_batch_reductions_of_the_losses_ignore_padding():
@@ -361,8 +419,13 @@ def test_batch_reductions_of_the_losses_ignore_padding():
     s, t = torch.randn(5, 4, dtype=torch.float64, generator=g), torch.randn(5, 4, dtype=torch.float64, generator=g)
     y = torch.tensor([2, 0, 3, IGNORE, IGNORE])
     assert torch.allclose(kd_kl(s, t, 2.0, y), kd_kl(s[:3], t[:3], 2.0), atol=1e-14)
-    h, protos, has = torch.randn(5, 6, dtype=torch.float64, generator=g), torch.randn(4, 6, dtype=torch.float64, generator=g), \
-        torch.tensor([True, False, True, True])
-    assert torch.allclose(prototype_alignment(h, y, protos, has), prototype_alignment(h[:3], y[:3], protos, has), atol=1e-14)
+    h, protos, has = (
+        torch.randn(5, 6, dtype=torch.float64, generator=g),
+        torch.randn(4, 6, dtype=torch.float64, generator=g),
+        torch.tensor([True, False, True, True]),
+    )
+    assert torch.allclose(
+        prototype_alignment(h, y, protos, has), prototype_alignment(h[:3], y[:3], protos, has), atol=1e-14
+    )
     v = torch.tensor([1.0, 2.0, 6.0, 100.0, -100.0], dtype=torch.float64)
     assert batch_mean(v, y).item() == 3.0 and batch_mean(v).item() == 1.8

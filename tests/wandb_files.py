@@ -4,6 +4,7 @@ The file is W&B's LevelDB-style log: a 7-byte header (``:W&B``, magic 0xBEE1, ve
 32 KiB blocks of chunks (crc32c:4, length:2, type:1 = full/first/middle/last) carrying
 serialized ``wandb_internal_pb2.Record`` messages. wandb >= 0.2x no longer ships a Python reader.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,11 +26,11 @@ def records(path: str | Path):
         if left < 7:  # block trailer padding
             pos += left
             continue
-        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        _crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
         if length == 0 and kind == 0:
             pos += left
             continue
-        chunk = data[pos + 7:pos + 7 + length]
+        chunk = data[pos + 7 : pos + 7 + length]
         pos += 7 + length
         if kind == FULL:
             buf = chunk
@@ -50,15 +51,28 @@ def read_run(run_dir: str | Path) -> dict:
     """history rows, summary, config, run id, group, name, tags and job type of the offline run(s) under ``run_dir``."""
     files = sorted(Path(run_dir).glob("wandb/*run-*/run-*.wandb"))
     assert files, f"no wandb run file under {run_dir}"
-    out = {"history": [], "summary": {}, "config": {}, "ids": set(), "group": None, "name": None, "tags": [],
-           "job_type": None, "files": files}
+    out = {
+        "history": [],
+        "summary": {},
+        "config": {},
+        "ids": set(),
+        "group": None,
+        "name": None,
+        "tags": [],
+        "job_type": None,
+        "files": files,
+    }
     for f in files:
         for r in records(f):
             kind = r.WhichOneof("record_type")
             if kind == "history":
-                out["history"].append({(i.key or "/".join(i.nested_key)): json.loads(i.value_json) for i in r.history.item})
+                out["history"].append(
+                    {(i.key or "/".join(i.nested_key)): json.loads(i.value_json) for i in r.history.item}
+                )
             elif kind == "summary":
-                out["summary"].update({(i.key or "/".join(i.nested_key)): json.loads(i.value_json) for i in r.summary.update})
+                out["summary"].update(
+                    {(i.key or "/".join(i.nested_key)): json.loads(i.value_json) for i in r.summary.update}
+                )
             elif kind == "config":
                 out["config"].update({i.key: json.loads(i.value_json) for i in r.config.update})
             elif kind == "run":

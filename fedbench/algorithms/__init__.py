@@ -1,4 +1,5 @@
 """Algorithm registry: ``conf/algorithm/<name>.yaml`` selects ``ALGORITHMS[name]``."""
+
 from __future__ import annotations
 
 import importlib

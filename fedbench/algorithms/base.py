@@ -4,6 +4,7 @@ An algorithm is the paper's math: per-client local objectives (run by the execut
 server rule over stacked client results. It never writes a training loop of its own:
 ``self.local_train`` runs any local objective for any set of clients, with either executor.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -28,15 +29,15 @@ class Algorithm:
     state_attrs: tuple[str, ...] = ()
 
     def __init__(self, ctx: Context):
-        self.ctx = ctx                       # all the algorithm may use of its run (fedbench/context.py)
+        self.ctx = ctx  # all the algorithm may use of its run (fedbench/context.py)
         self.cfg = ctx.cfg
-        self.hp = ctx.cfg.algorithm          # this algorithm's hyperparameters (conf/algorithm/<name>.yaml)
+        self.hp = ctx.cfg.algorithm  # this algorithm's hyperparameters (conf/algorithm/<name>.yaml)
         self.fm = ctx.fm
         self.data = ctx.data
         self.executor = ctx.executor
         self.seed = int(ctx.cfg.seed)
         self.K = self.data.num_clients
-        self.n = self.data.train_sizes()     # n_k, local training set sizes
+        self.n = self.data.train_sizes()  # n_k, local training set sizes
         self.opt = OptimSpec.from_cfg(ctx.cfg.optim)
         self.opt_state: Stack | None = None  # per-client optimizer state when optim.persistent_state
         # the FedAvg local solver: local_epochs of CE with the run's optimizer, its state kept per client when
@@ -61,7 +62,8 @@ class Algorithm:
         return None if g is None else (broadcast(g[0], len(clients)), broadcast(g[1], len(clients)))
 
     def new_client_model(self, clients: torch.Tensor) -> tuple[Stack, Stack] | None:
-        """Stacked models that held-out new ``clients`` start from (fedbench/newclients.py); default: the global model."""
+        """Stacked models that held-out new ``clients`` start from (fedbench/newclients.py); default: the global
+        model."""
         g = self.global_model()
         return None if g is None else (broadcast(g[0], len(clients)), broadcast(g[1], len(clients)))
 
@@ -86,8 +88,14 @@ class Algorithm:
     def initial_model(self) -> tuple[Stack, Stack]:
         return self.ctx.initial
 
-    def local_train(self, t: int, clients: torch.Tensor, model: tuple[Stack, Stack], spec: LocalSpec,
-                    inputs: LocalInputs | None = None) -> LocalResult:
+    def local_train(
+        self,
+        t: int,
+        clients: torch.Tensor,
+        model: tuple[Stack, Stack],
+        spec: LocalSpec,
+        inputs: LocalInputs | None = None,
+    ) -> LocalResult:
         """Train the stacked models ``model`` = (params, buffers) of ``clients`` for one phase ``spec`` on their local
         data with the executor; every observer of the context hears of the result (t, client ids, result, phase).
 
@@ -107,9 +115,19 @@ class Algorithm:
             indices = [self.data.train_idx[k] for k in ids]
         schedule = inputs.schedule
         if schedule is None:
-            schedule = make_schedule(indices, ids, spec.batch_size or int(self.cfg.batch_size), self.seed, spec.phase,
-                                     t, epochs=epochs, steps=steps, drop_last=bool(self.cfg.drop_last),
-                                     weights=inputs.sample_weights, batches_per_step=spec.batches_per_step)   # host
+            schedule = make_schedule(
+                indices,
+                ids,
+                spec.batch_size or int(self.cfg.batch_size),
+                self.seed,
+                spec.phase,
+                t,
+                epochs=epochs,
+                steps=steps,
+                drop_last=bool(self.cfg.drop_last),
+                weights=inputs.sample_weights,
+                batches_per_step=spec.batches_per_step,
+            )  # host
             # arrays: the executor lays the whole schedule out on the device in one copy (engine/schedule.py plan)
         opt = spec.opt or self.opt_at(t)
         state = None
@@ -118,30 +136,61 @@ class Algorithm:
                 from ..engine.optim import init_state
 
                 full = broadcast(self.initial_model()[0], 1)
-                self.opt_state = {k: v.repeat(self.K, *([1] * (v.dim() - 1))) for k, v in
-                                  init_state(opt, full, self.fm.param_names, lead=(1,)).items()}
+                self.opt_state = {
+                    k: v.repeat(self.K, *([1] * (v.dim() - 1)))
+                    for k, v in init_state(opt, full, self.fm.param_names, lead=(1,)).items()
+                }
             sel = torch.tensor(ids)
-            state = {k: v for k, v in rows(self.opt_state, sel).items() if k.split(":", 1)[-1] in set(trainable) or k == "step"}
+            state = {
+                k: v
+                for k, v in rows(self.opt_state, sel).items()
+                if k.split(":", 1)[-1] in set(trainable) or k == "step"
+            }
         params, buffers = model
-        job = LocalJob(self.fm, params, buffers, trainable, schedule, self.data.x, self.data.y, opt, state,
-                       spec.loss, inputs.ctx, inputs.shared, augment=self.ctx.augment if spec.augment else None,
-                       aug_key=(self.seed, "augment", spec.phase, t), client_ids=ids, pack=spec.batches_per_step)
+        job = LocalJob(
+            self.fm,
+            params,
+            buffers,
+            trainable,
+            schedule,
+            self.data.x,
+            self.data.y,
+            opt,
+            state,
+            spec.loss,
+            inputs.ctx,
+            inputs.shared,
+            augment=self.ctx.augment if spec.augment else None,
+            aug_key=(self.seed, "augment", spec.phase, t),
+            client_ids=ids,
+            pack=spec.batches_per_step,
+        )
         res = self.executor.train(job)
         if state is not None:
             set_rows(self.opt_state, torch.tensor(ids), res.opt_state)
-        for observe in self.ctx.observers:   # the divergence guard, the forgetting/similarity monitors
+        for observe in self.ctx.observers:  # the divergence guard, the forgetting/similarity monitors
             observe(t, ids, res, spec.phase)
         return res
 
-    def publish_matrix(self, name: str, t: int, matrix, *, draw: bool = True, title: str | None = None,
-                       xlabel: str = "client", ylabel: str = "client", **kw) -> None:
+    def publish_matrix(
+        self,
+        name: str,
+        t: int,
+        matrix,
+        *,
+        draw: bool = True,
+        title: str | None = None,
+        xlabel: str = "client",
+        ylabel: str = "client",
+        **kw,
+    ) -> None:
         """Save a per-round diagnostic matrix (``diagnostics/<name>/round_<t>.npy``), draw it and log the picture."""
         from ..plots import heatmap
 
         m = np.asarray(matrix.detach().cpu() if torch.is_tensor(matrix) else matrix)
         d = self.ctx.out_dir / "diagnostics" / name
         d.mkdir(parents=True, exist_ok=True)
-        with written(d / f"round_{t:05d}.npy") as path:   # a full disk: one line naming the file
+        with written(d / f"round_{t:05d}.npy") as path:  # a full disk: one line naming the file
             np.save(path, m)
         if draw:
             png = heatmap(m, d / f"round_{t:05d}.png", title or f"{name} (round {t})", xlabel, ylabel, **kw)

@@ -1,5 +1,6 @@
 """CAFeMe (Vettoruzzo, Bouguelia, Rögnvaldsson, SDM 2024): a federated modulator gating a base network,
 trained by MAML-style personalization (CAFeMe §4, Alg. 1-2; code annaVettoruzzo/CAFeMe MultimodalFL_Client)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -55,30 +56,51 @@ class CAFeMe(Algorithm):
         labels = self.checked_hp("modulator_uses_labels", boolean())
         split = self.hp.get("pers_split")
         if split is not None and not number(0, 1, lo_open=True, hi_open=True)[0](split):
-            raise ConfigError("algorithm.pers_split", split, "null (code: inner and outer batches from one loader) or a number in (0, 1)")
+            raise ConfigError(
+                "algorithm.pers_split",
+                split,
+                "null (code: inner and outer batches from one loader) or a number in (0, 1)",
+            )
         if labels and self.context != "support":
-            raise ConfigError("algorithm.modulator_uses_labels", labels,
-                              "false with context=batch (test batches have no labels to feed the modulator); use context=support")
+            raise ConfigError(
+                "algorithm.modulator_uses_labels",
+                labels,
+                "false with context=batch (test batches have no labels to feed the modulator); use context=support",
+            )
         m = self.cfg.model
         if m.name != "cafeme_cnn" or m.get("modulation") != self.hp.modulation:
-            raise ConfigError("model", m.name, "cafeme_cnn (model=cafeme_mnist or cafeme_cifar) with model.modulation = "
-                                               "algorithm.modulation (the model configs follow it by default)")
+            raise ConfigError(
+                "model",
+                m.name,
+                "cafeme_cnn (model=cafeme_mnist or cafeme_cifar) with model.modulation = "
+                "algorithm.modulation (the model configs follow it by default)",
+            )
         self.split = split
         # second order differentiates through BatchNorm twice; torch's fused kernel gets that wrong under vmap
         use_plain_batch_norm(self.fm.net, not self.first_order)
         self.outer_opt = OptimSpec(name="adam", lr=beta) if outer == "adam" else OptimSpec(name="sgd", lr=beta)
-        self.w, self.bn = self.initial_model()   # ω = {μ, ψ}
+        self.w, self.bn = self.initial_model()  # ω = {μ, ψ}
         # one outer step per round over a pack of S support + O query batches (Alg. 1); Adam's moments persist
-        self.meta_spec = LocalSpec(loss=self.meta_loss, steps=1, batches_per_step=self.S + self.O, opt=self.outer_opt,
-                                   persist_opt_state=self.outer_opt.name == "adam")
+        self.meta_spec = LocalSpec(
+            loss=self.meta_loss,
+            steps=1,
+            batches_per_step=self.S + self.O,
+            opt=self.outer_opt,
+            persist_opt_state=self.outer_opt.name == "adam",
+        )
 
     # ---- Alg. 1 ----------------------------------------------------------------------------------------
     def round(self, t, clients):
         m = len(clients)
-        res = self.local_train(t, clients, (broadcast(self.w, m), broadcast(self.bn, m)), self.meta_spec,
-                               LocalInputs(schedule=self.split_schedule(t, clients)))
+        res = self.local_train(
+            t,
+            clients,
+            (broadcast(self.w, m), broadcast(self.bn, m)),
+            self.meta_spec,
+            LocalInputs(schedule=self.split_schedule(t, clients)),
+        )
         self.w, self.bn = uniform_mean(res.params, m), uniform_mean(res.buffers, m)
-        return {"train/loss": res.loss.mean().item()}   # the outer loss CE(f_φ; D_eval), CAFeMe Alg. 2
+        return {"train/loss": res.loss.mean().item()}  # the outer loss CE(f_φ; D_eval), CAFeMe Alg. 2
 
     def split_schedule(self, t, clients):
         """Paper variant (``pers_split`` = f): D_i split once into D_pers (a share f) and D_eval; the S inner
@@ -92,8 +114,12 @@ class CAFeMe(Algorithm):
             cut = min(max(1, int(round(self.split * len(idx)))), len(idx) - 1)
             pers, ev = idx[:cut], idx[cut:]
             b = min(int(self.cfg.batch_size), len(pers), len(ev))
-            inner = client_batches(pers, b, seeding.rng(self.seed, "batches", "cafeme_pers", t, k), steps=self.S, drop_last=True)
-            outer = client_batches(ev, b, seeding.rng(self.seed, "batches", "cafeme_eval", t, k), steps=self.O, drop_last=True)
+            inner = client_batches(
+                pers, b, seeding.rng(self.seed, "batches", "cafeme_pers", t, k), steps=self.S, drop_last=True
+            )
+            outer = client_batches(
+                ev, b, seeding.rng(self.seed, "batches", "cafeme_eval", t, k), steps=self.O, drop_last=True
+            )
             out.append([self.data.tensor(np.concatenate(inner + outer))])
         return out
 
@@ -124,7 +150,7 @@ class CAFeMe(Algorithm):
         line 8) = ζ from the last personalization batch D'."""
         xs, ys = x.unflatten(0, (self.S + self.O, -1)), y.unflatten(0, (self.S + self.O, -1))
         phi = self.adapt(p, b, xs, ys)
-        x_out, y_out = xs[self.S:].flatten(0, 1), ys[self.S:].flatten(0, 1)
+        x_out, y_out = xs[self.S :].flatten(0, 1), ys[self.S :].flatten(0, 1)
         context = None if self.context == "batch" else (xs[self.S - 1], ys[self.S - 1])
         return self.ce(phi, b, x_out, y_out, context)
 

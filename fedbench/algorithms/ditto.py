@@ -1,6 +1,7 @@
 """Ditto (Li, Hu, Beirami, Smith, ICML 2021): FedAvg for a global model + one proximally regularised
 personal model per client (FedCOM builds on it). ``algorithm=ditto_caf``: the CAFeMe code's Ditto
 (its own global solver and an unweighted server mean), the Ditto row of CAFeMe's Tables 1-2."""
+
 from __future__ import annotations
 
 import torch
@@ -50,31 +51,38 @@ class Ditto(Algorithm):
             raise ConfigError("algorithm.lam", hp.lam, "a number >= 0 (the proximal weight lambda)")
         if hp.personal_steps is None:
             if not _number(hp.personal_epochs, int) or hp.personal_epochs < 1:
-                raise ConfigError("algorithm.personal_epochs", hp.personal_epochs, "an integer >= 1 (or set personal_steps)")
+                raise ConfigError(
+                    "algorithm.personal_epochs", hp.personal_epochs, "an integer >= 1 (or set personal_steps)"
+                )
         elif not _number(hp.personal_steps, int) or hp.personal_steps < 1:
-            raise ConfigError("algorithm.personal_steps", hp.personal_steps, "null (use personal_epochs) or an integer >= 1")
-        self.global_steps = self.checked_hp("global_steps", (lambda v: v is None or int_at_least(1)[0](v),
-                                                             "null (local_epochs) or an integer >= 1"))
+            raise ConfigError(
+                "algorithm.personal_steps", hp.personal_steps, "null (use personal_epochs) or an integer >= 1"
+            )
+        self.global_steps = self.checked_hp(
+            "global_steps", (lambda v: v is None or int_at_least(1)[0](v), "null (local_epochs) or an integer >= 1")
+        )
         opt = self.checked_hp("global_optimizer", one_of(None, "adam"))
         lr = self.checked_hp("global_lr", number(0, None, lo_open=True, optional=True))
         self.global_opt = None if opt is None else OptimSpec(name=opt, lr=float(self.cfg.lr if lr is None else lr))
         self.uniform = self.checked_hp("aggregate", one_of("weighted", "uniform")) == "uniform"
-        self.w, self.bn = self.initial_model()                             # global model w^t
+        self.w, self.bn = self.initial_model()  # global model w^t
         self.V, self.VB = broadcast(self.w, self.K), broadcast(self.bn, self.K)  # personal models v_k, all clients
         solver = self.train_spec if self.global_steps is None else self.train_spec.replace(steps=int(self.global_steps))
-        if self.global_opt is not None:   # its own optimizer, per-client state kept across rounds (CAFeMe code)
+        if self.global_opt is not None:  # its own optimizer, per-client state kept across rounds (CAFeMe code)
             solver = solver.replace(opt=self.global_opt, persist_opt_state=True)
         self.global_spec = solver
-        budget = ({"steps": int(hp.personal_steps)} if hp.personal_steps is not None
-                  else {"epochs": int(hp.personal_epochs)})
+        budget = (
+            {"steps": int(hp.personal_steps)} if hp.personal_steps is not None else {"epochs": int(hp.personal_epochs)}
+        )
         self.personal_spec = LocalSpec("personal", loss=self.personal_loss, **budget)
 
     def round(self, t, clients):
         m = len(clients)
         glob = self.local_train(t, clients, (broadcast(self.w, m), broadcast(self.bn, m)), self.global_spec)  # 1. w_k^t
         v, vb, diagnostics = self.personal_start(t, clients, glob)
-        pers = self.local_train(t, clients, (v, vb), self.personal_spec,
-                                LocalInputs(shared={"w_global": self.w}))           # 2. v_k, anchored at w^t
+        pers = self.local_train(
+            t, clients, (v, vb), self.personal_spec, LocalInputs(shared={"w_global": self.w})
+        )  # 2. v_k, anchored at w^t
         set_rows(self.V, clients, pers.params)
         set_rows(self.VB, clients, pers.buffers)
         self.w, self.bn = self.server_mean(glob.params, clients), self.server_mean(glob.buffers, clients)  # 3.

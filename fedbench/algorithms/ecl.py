@@ -1,6 +1,7 @@
 """ECL — Expert Collaborative Learning (Lv et al., arXiv 2408.02019): phase II of the two-phase skeleton
 (``oneshot.py``, shared with the long-tail baselines of ECL's Tables 1–2) builds, per client, a calibrated global
 model and M experts mixed per class (ECL §3.2, Eqs. 3–6)."""
+
 from __future__ import annotations
 
 import logging
@@ -13,8 +14,8 @@ from ..engine.masking import pad_aware
 from ..engine.stack import broadcast, set_rows
 from ..losses import balanced_softmax_ce
 from . import register
-from .oneshot import OneShotPersonalization, class_balanced_weights, classifier_names, expert_groups
 from .local import LocalInputs
+from .oneshot import OneShotPersonalization, class_balanced_weights, classifier_names, expert_groups
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ def logit_scales(u0: torch.Tensor, experts: torch.Tensor, mode: str) -> torch.Te
     if mode == "none":
         return torch.ones(K, M, C, dtype=u0.dtype, device=u0.device)
     if mode == "norm":
-        ratio = experts.pow(2).sum((-1, -2)) / u0.pow(2).sum((-1, -2))        # [M, K]
+        ratio = experts.pow(2).sum((-1, -2)) / u0.pow(2).sum((-1, -2))  # [M, K]
         return ratio.t().unsqueeze(-1).expand(K, M, C).clone()
     if mode == "class_norm":
         return (experts.pow(2).sum(-1) / u0.pow(2).sum(-1)).permute(1, 0, 2)  # [K, M, C]
@@ -58,7 +59,7 @@ def mixing_weights(owner: torch.Tensor, scales: torch.Tensor, lam: float) -> tor
     Eq. 6, o^c = λ·s_{m(c)}·z_{m(c)}^c + (1−λ)·z_0^c for a present class c owned by expert m(c);
     o^c = z_0^c for a class absent from the client's data (our choice; Eq. 6 is silent)."""
     K, M, C = scales.shape
-    own = torch.nn.functional.one_hot(owner, M + 1).permute(0, 2, 1).to(scales.dtype)   # [K, M+1, C]
+    own = torch.nn.functional.one_hot(owner, M + 1).permute(0, 2, 1).to(scales.dtype)  # [K, M+1, C]
     present = owner > 0
     A = torch.zeros(K, M + 1, C, dtype=scales.dtype, device=scales.device)
     A[:, 0] = torch.where(present, torch.full_like(scales[:, 0], 1 - lam), torch.ones_like(scales[:, 0]))
@@ -93,16 +94,19 @@ class ECL(OneShotPersonalization):
     state_attrs = ("components", "mix", "owner")
 
     def check_phase_two(self):
-        self.num_experts = int(self.checked_hp("num_experts", int_at_least(1)))              # M
-        self.lam = float(self.checked_hp("mix_lambda", number(0, 1)))                        # λ, Eq. 6
+        self.num_experts = int(self.checked_hp("num_experts", int_at_least(1)))  # M
+        self.lam = float(self.checked_hp("mix_lambda", number(0, 1)))  # λ, Eq. 6
         self.component_names = ("calibrated", *(f"expert{m + 1}" for m in range(self.num_experts)))
         self.scaling = self.checked_hp("logit_scaling", one_of("norm", "class_norm", "none"))  # Eq. 5 / Table 3
         self.grouping = self.checked_hp("grouping", one_of("ceil", "even"))
         self.classifier = self.fm.names("classifier")
         last = self.fm.names("last_block")
-        if not last:   # e.g. mlp / cnn: no residual block declared → the head's layers (our choice for the CNN)
-            log.warning("ECL: model %s declares no last block; experts train its head layers %s",
-                        self.cfg.model.name, self.fm.names("head"))
+        if not last:  # e.g. mlp / cnn: no residual block declared → the head's layers (our choice for the CNN)
+            log.warning(
+                "ECL: model %s declares no last block; experts train its head layers %s",
+                self.cfg.model.name,
+                self.fm.names("head"),
+            )
             last = self.fm.names("head")
         chosen = set(last) | set(self.classifier)
         self.expert_layers = [n for n in self.fm.param_names if n in chosen]
@@ -118,14 +122,15 @@ class ECL(OneShotPersonalization):
         K, M, C = self.K, self.num_experts, self.data.num_classes
         # Eq. 3: the calibrated global model w_k^T (classifier only, BSCE with the client's counts)
         calibrate = self.phase2_spec.replace(phase="ecl_calibrate", trainable=self.classifier, loss=bsce_loss)
-        calibrated = self.phase_two_train(t, (broadcast(w, K), broadcast(bn, K)), calibrate,
-                                          LocalInputs(ctx={"class_counts": self.client_counts()}))
+        calibrated = self.phase_two_train(
+            t, (broadcast(w, K), broadcast(bn, K)), calibrate, LocalInputs(ctx={"class_counts": self.client_counts()})
+        )
         # data grouping, then Eq. 4 for expert m = 1..M: per client, the tail expert is its last non-empty group
         # (classifier only, class-balanced sampling), the experts before it train the last block + classifier, and
         # an empty group has no expert (its rows stay w^T, weight 0 in Eq. 6). Clients stacked per (expert, role).
         groups = self.class_groups()
         tails = [tail_expert(g) for g in groups]
-        active = torch.tensor([[len(g[m]) > 0 for m in range(M)] for g in groups])          # [K, M]
+        active = torch.tensor([[len(g[m]) > 0 for m in range(M)] for g in groups])  # [K, M]
         experts = []
         for m in range(M):
             P, B = broadcast(w, K), broadcast(bn, K)
@@ -134,11 +139,17 @@ class ECL(OneShotPersonalization):
                 if not sel:
                     continue
                 idx = [self.data.train_idx[k][np.isin(self.labels[self.data.train_idx[k]], groups[k][m])] for k in sel]
-                spec = self.phase2_spec.replace(phase=f"ecl_expert{m + 1}",
-                                                trainable=self.classifier if tail else self.expert_layers)
+                spec = self.phase2_spec.replace(
+                    phase=f"ecl_expert{m + 1}", trainable=self.classifier if tail else self.expert_layers
+                )
                 weights = [class_balanced_weights(self.labels[i]) for i in idx] if tail else None
-                Pm, Bm = self.phase_two_train(t, (broadcast(w, len(sel)), broadcast(bn, len(sel))), spec,
-                                              LocalInputs(indices=idx, sample_weights=weights), clients=sel)
+                Pm, Bm = self.phase_two_train(
+                    t,
+                    (broadcast(w, len(sel)), broadcast(bn, len(sel))),
+                    spec,
+                    LocalInputs(indices=idx, sample_weights=weights),
+                    clients=sel,
+                )
                 set_rows(P, sel, Pm)
                 set_rows(B, sel, Bm)
             experts.append((P, B))
@@ -150,18 +161,32 @@ class ECL(OneShotPersonalization):
         self.mix = mixing_weights(self.owner.to(scales.device), scales, self.lam)
         self.components = [calibrated, *experts]
         used = scales[:, :, 0] if self.scaling != "class_norm" else scales.mean(-1)
-        self.publish_matrix("ecl_expert_of_class", t, self.owner, xlabel="class", ylabel="client",
-                            title="ECL: expert owning each class (0 = absent)")
-        self.publish_matrix("ecl_logit_scale", t, used, xlabel="expert", ylabel="client",
-                            title="ECL Eq. 5 scale ‖u_m‖²/‖u_0‖² (0 = no expert)")
+        self.publish_matrix(
+            "ecl_expert_of_class",
+            t,
+            self.owner,
+            xlabel="class",
+            ylabel="client",
+            title="ECL: expert owning each class (0 = absent)",
+        )
+        self.publish_matrix(
+            "ecl_logit_scale",
+            t,
+            used,
+            xlabel="expert",
+            ylabel="client",
+            title="ECL Eq. 5 scale ‖u_m‖²/‖u_0‖² (0 = no expert)",
+        )
         sizes = torch.tensor([[len(g[m]) for m in range(M)] for g in groups], dtype=torch.float64)
 
-        def over_clients_with(m: int, v: torch.Tensor) -> float:   # mean over the clients that have an expert m
+        def over_clients_with(m: int, v: torch.Tensor) -> float:  # mean over the clients that have an expert m
             return float(v[active[:, m]].mean()) if active[:, m].any() else float("nan")
 
-        return {**{f"ecl/scale_expert{m + 1}": over_clients_with(m, used[:, m].cpu()) for m in range(M)},
-                **{f"ecl/classes_expert{m + 1}": over_clients_with(m, sizes[:, m]) for m in range(M)},
-                **{f"ecl/clients_expert{m + 1}": int(active[:, m].sum()) for m in range(M)}}
+        return {
+            **{f"ecl/scale_expert{m + 1}": over_clients_with(m, used[:, m].cpu()) for m in range(M)},
+            **{f"ecl/classes_expert{m + 1}": over_clients_with(m, sizes[:, m]) for m in range(M)},
+            **{f"ecl/clients_expert{m + 1}": int(active[:, m].sum()) for m in range(M)},
+        }
 
 
 __all__ = ["ECL", "tail_expert", "expert_of_class", "logit_scales", "mixing_weights", "bsce_loss"]

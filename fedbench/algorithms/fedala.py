@@ -14,6 +14,7 @@ Round t, for every participating client k (§3 of the paper, Alg. 1):
 2. ordinary local training (CE, E epochs) from θ̂;
 3. server: FedAvg (n_k-weighted) of the trained models.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -52,20 +53,32 @@ class FedALA(Algorithm):
 
     def setup(self):
         hp = self.hp
-        for key, check in (("eta", number(0, lo_open=True)), ("rand_percent", number(0, 100, lo_open=True)),
-                           ("top_layers", int_at_least(1)), ("threshold", number(0, lo_open=True)),
-                           ("num_pre_loss", int_at_least(1)), ("max_start_epochs", int_at_least(1))):
+        for key, check in (
+            ("eta", number(0, lo_open=True)),
+            ("rand_percent", number(0, 100, lo_open=True)),
+            ("top_layers", int_at_least(1)),
+            ("threshold", number(0, lo_open=True)),
+            ("num_pre_loss", int_at_least(1)),
+            ("max_start_epochs", int_at_least(1)),
+        ):
             self.checked_hp(key, check)
         layers = param_layers(self.fm.param_names)
         if hp.top_layers > len(layers):
             raise ConfigError("algorithm.top_layers", hp.top_layers, f"at most the model's {len(layers)} layers")
-        self.top = [n for layer in layers[-int(hp.top_layers):] for n in layer]     # the p higher layers
+        self.top = [n for layer in layers[-int(hp.top_layers) :] for n in layer]  # the p higher layers
         self.w, self.bn = self.initial_model()
-        self.P, self.B = broadcast(self.w, self.K), broadcast(self.bn, self.K)    # θ_k after its last training
+        self.P, self.B = broadcast(self.w, self.K), broadcast(self.bn, self.K)  # θ_k after its last training
         self.W = broadcast({n: torch.ones_like(self.w[n]) for n in self.top}, self.K)  # W_k, init 1 (code)
-        self.started = torch.zeros(self.K, dtype=torch.bool)                      # start phase done
-        opt = self.opt.replace(name="sgd", lr=float(hp.eta), momentum=0.0, weight_decay=0.0, nesterov=False,
-                               clip_grad_norm=None, bounds=(0.0, 1.0))
+        self.started = torch.zeros(self.K, dtype=torch.bool)  # start phase done
+        opt = self.opt.replace(
+            name="sgd",
+            lr=float(hp.eta),
+            momentum=0.0,
+            weight_decay=0.0,
+            nesterov=False,
+            clip_grad_norm=None,
+            bounds=(0.0, 1.0),
+        )
         # one epoch of projected SGD on W_k (phase "ala<epoch>", set per epoch in learn_weights)
         self.ala_spec = LocalSpec(loss=self.ala_loss, trainable=tuple(self.top), epochs=1, opt=opt)
 
@@ -79,12 +92,12 @@ class FedALA(Algorithm):
 
     def adaptive_local_aggregation(self, t, clients) -> tuple[Stack, dict]:
         """θ̂_k for the round's clients (step 1); learns and stores their W_k."""
-        hp, m = self.hp, len(clients)
+        m = len(clients)
         local, glob = rows(self.P, clients), broadcast(self.w, m)
         same = torch.ones(m, dtype=torch.bool)
-        for n in glob:   # the code skips ALA while the client's model equals the global one (first round)
+        for n in glob:  # the code skips ALA while the client's model equals the global one (first round)
             same &= (local[n] == glob[n]).flatten(1).all(1).cpu()
-        theta_hat = ala_start(local, glob, {})                  # lower layers: θ_g (top layers set below)
+        theta_hat = ala_start(local, glob, {})  # lower layers: θ_g (top layers set below)
         for n in self.top:
             theta_hat[n] = local[n].clone()
         active = torch.nonzero(~same).flatten()
@@ -96,25 +109,27 @@ class FedALA(Algorithm):
         self.started[ids.long().cpu()] = True
         top_local, top_glob = select(rows(local, active), self.top), select(rows(glob, active), self.top)
         set_rows(theta_hat, active, ala_start(top_local, top_glob, W))
-        return theta_hat, {"fedala/weight_mean": float(torch.cat([v.flatten(1) for v in W.values()], 1).mean()),
-                           "fedala/epochs": float(np.mean(epochs)), "fedala/loss": float(np.mean(losses))}
+        return theta_hat, {
+            "fedala/weight_mean": float(torch.cat([v.flatten(1) for v in W.values()], 1).mean()),
+            "fedala/epochs": float(np.mean(epochs)),
+            "fedala/loss": float(np.mean(losses)),
+        }
 
     def learn_weights(self, t, ids, local: Stack, glob: Stack) -> tuple[Stack, list[int], list[float]]:
         """Projected SGD on W_k (code ``adaptive_local_aggregation``): one epoch on the s% sample, repeated in
         the start phase until the epoch losses settle. Runs through ``local_train`` (both executors)."""
         hp = self.hp
         sample = []
-        for k in ids.tolist():   # a fresh random s% of the local train data each round (paper §3.2)
+        for k in ids.tolist():  # a fresh random s% of the local train data each round (paper §3.2)
             idx = self.data.train_idx[k]
             size = max(1, int(float(hp.rand_percent) / 100 * len(idx)))
             sample.append(np.sort(seeding.rng(self.seed, "ala_sample", t, k).choice(idx, size, replace=False)))
-        ctx = {**tagged(select(local, self.top), "local"),
-               **tagged({n: glob[n] - local[n] for n in self.top}, "delta")}
-        shared = tagged({n: v for n, v in self.w.items() if n not in self.top}, "global")   # lower layers: θ_g
+        ctx = {**tagged(select(local, self.top), "local"), **tagged({n: glob[n] - local[n] for n in self.top}, "delta")}
+        shared = tagged({n: v for n, v in self.w.items() if n not in self.top}, "global")  # lower layers: θ_g
         W = rows(self.W, ids)
         buffers = rows(self.B, ids)
         history: list[list[float]] = [[] for _ in ids]
-        todo = torch.ones(len(ids), dtype=torch.bool)   # clients still training W this round
+        todo = torch.ones(len(ids), dtype=torch.bool)  # clients still training W this round
         epoch = 0
         while todo.any():
             sel = torch.nonzero(todo).flatten()
@@ -126,7 +141,7 @@ class FedALA(Algorithm):
             for j, i in enumerate(sel.tolist()):
                 history[i].append(float(res.loss[j]))
                 h, start = history[i], not bool(self.started[int(ids[i])])
-                settled = len(h) > int(hp.num_pre_loss) and np.std(h[-int(hp.num_pre_loss):]) < float(hp.threshold)
+                settled = len(h) > int(hp.num_pre_loss) and np.std(h[-int(hp.num_pre_loss) :]) < float(hp.threshold)
                 if not start or settled or epoch >= int(hp.max_start_epochs):
                     todo[i] = False
         return W, [len(h) for h in history], [h[-1] for h in history]

@@ -1,4 +1,5 @@
 """FedAvg (McMahan et al., AISTATS 2017) and Local (no communication)."""
+
 from __future__ import annotations
 
 from ..engine.functional import cross_entropy
@@ -16,7 +17,7 @@ class FedAvg(Algorithm):
     state_attrs = ("w", "bn")
 
     def setup(self):
-        self.w, self.bn = self.initial_model()   # global parameters and buffers
+        self.w, self.bn = self.initial_model()  # global parameters and buffers
         self.train_spec = self.train_spec.replace(loss=self.local_loss)
 
     # the local objective of ONE client on one batch (runs under vmap): FedAvg's is plain cross-entropy; FedProx,
@@ -26,8 +27,13 @@ class FedAvg(Algorithm):
     def round(self, t, clients):
         m = len(clients)
         ctx, shared = self.client_context(clients)
-        res = self.local_train(t, clients, (broadcast(self.w, m), broadcast(self.bn, m)), self.train_spec,
-                               LocalInputs(ctx=ctx, shared=shared))
+        res = self.local_train(
+            t,
+            clients,
+            (broadcast(self.w, m), broadcast(self.bn, m)),
+            self.train_spec,
+            LocalInputs(ctx=ctx, shared=shared),
+        )
         self.after_local(clients, res)
         self.w = self.aggregate(res.params, clients)
         self.bn = self.aggregate(res.buffers, clients)
@@ -74,8 +80,12 @@ class FedAvgFT(FedAvg):
     def setup(self):
         super().setup()
         steps = int(self.hp.ft_steps) if self.hp.ft_steps else None
-        self.ft_spec = LocalSpec("finetune", opt=self.opt.replace(lr=float(self.hp.ft_lr)),
-                                 epochs=None if steps else int(self.hp.ft_epochs), steps=steps)
+        self.ft_spec = LocalSpec(
+            "finetune",
+            opt=self.opt.replace(lr=float(self.hp.ft_lr)),
+            epochs=None if steps else int(self.hp.ft_epochs),
+            steps=steps,
+        )
 
     def client_models(self, clients, t):
         m = len(clients)

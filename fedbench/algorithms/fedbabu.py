@@ -1,4 +1,5 @@
 """FedBABU (Oh, Kim, Yun, ICLR 2022) — a baseline of FedReMa Tables 1-2; PFLlib ``clientbabu``/``serverbabu``."""
+
 from __future__ import annotations
 
 from ..errors import ConfigError
@@ -32,12 +33,15 @@ class FedBABU(PartialAggregation):
         ft = self.hp.ft_epochs
         if isinstance(ft, bool) or not isinstance(ft, int) or ft < 0:
             raise ConfigError("algorithm.ft_epochs", ft, "an integer >= 0 (0: evaluate without fine-tuning)")
-        self.trainable = [n for n in self.fm.param_names if not self.in_head(n)]   # body only: head frozen
+        self.trainable = [n for n in self.fm.param_names if not self.in_head(n)]  # body only: head frozen
         self.train_spec = self.train_spec.replace(trainable=self.trainable)
         scope, epochs = self.hp.ft_scope, int(ft)
         names = [n for n in self.fm.param_names if scope == "all" or self.in_head(n) == (scope == "head")]
-        self.ft_spec = None if epochs == 0 else LocalSpec("finetune", trainable=names, epochs=epochs,
-                                                          opt=self.opt.replace(lr=float(self.hp.ft_lr)))
+        self.ft_spec = (
+            None
+            if epochs == 0
+            else LocalSpec("finetune", trainable=names, epochs=epochs, opt=self.opt.replace(lr=float(self.hp.ft_lr)))
+        )
 
     def client_models(self, clients, t):
         p, b = self.download(clients)

@@ -1,4 +1,5 @@
 """FedBN — federated learning with local batch normalization (Li et al., ICLR 2021); a baseline of ECL Table 1."""
+
 from __future__ import annotations
 
 import torch
@@ -37,8 +38,8 @@ class FedBN(FedAvg):
     def setup(self):
         super().setup()
         self.bn_params, self.bn_buffers = batchnorm_names(self.fm.net)
-        self.local_w = broadcast(select(self.w, self.bn_params), self.K)      # BN affine params, per client
-        self.local_bn = broadcast(select(self.bn, self.bn_buffers), self.K)   # BN running statistics, per client
+        self.local_w = broadcast(select(self.w, self.bn_params), self.K)  # BN affine params, per client
+        self.local_bn = broadcast(select(self.bn, self.bn_buffers), self.K)  # BN running statistics, per client
 
     def client_models(self, clients, t):
         m = len(clients)
@@ -51,7 +52,7 @@ class FedBN(FedAvg):
         res = self.local_train(t, clients, self.client_models(clients, t), self.train_spec)
         set_rows(self.local_w, clients, select(res.params, self.bn_params))
         set_rows(self.local_bn, clients, select(res.buffers, self.bn_buffers))
-        shared_p = {k: v for k, v in res.params.items() if k not in self.local_w}      # never the BN entries
+        shared_p = {k: v for k, v in res.params.items() if k not in self.local_w}  # never the BN entries
         shared_b = {k: v for k, v in res.buffers.items() if k not in self.local_bn}
         self.w = {**self.w, **self.aggregate(shared_p, clients)}
         self.bn = {**self.bn, **self.aggregate(shared_b, clients)}

@@ -1,5 +1,6 @@
 """FedCOM (Lu, Liang, Zhang, Wang, Zou, Crowcroft): Ditto + gradient-based complementary client matching
 + a personal merge with the matched peer before the personal update (FedCOM §3, Alg. 1-2)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -17,15 +18,15 @@ def important_channels(g: torch.Tensor, classes: torch.Tensor, x: int) -> torch.
     ``g`` [M, C, d] classifier-weight gradients, ``classes`` [M] minority classes c_k -> [M, x].
     Smallest = most negative = the weight to class c_k grew most (g = W_before - W_after).
     """
-    row = g[torch.arange(len(classes), device=g.device), classes]          # g_k[c_k, :], [M, d]
+    row = g[torch.arange(len(classes), device=g.device), classes]  # g_k[c_k, :], [M, d]
     return torch.topk(row, x, dim=1, largest=False, sorted=True).indices
 
 
 def matching_scores(g: torch.Tensor, classes: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     """S[k, p] = sum_{j in idx_k} g_p[c_k, j] for every requester k and candidate p (Alg. 1 line 6), one gather."""
-    per_candidate = g[:, classes, :]                                        # [P, K, d]: g_p[c_k, :]
-    picked = per_candidate.gather(2, idx.unsqueeze(0).expand(g.shape[0], -1, -1))   # [P, K, x]
-    return picked.sum(2).T                                                  # [K, P]
+    per_candidate = g[:, classes, :]  # [P, K, d]: g_p[c_k, :]
+    picked = per_candidate.gather(2, idx.unsqueeze(0).expand(g.shape[0], -1, -1))  # [P, K, x]
+    return picked.sum(2).T  # [K, P]
 
 
 def complementary_peers(scores: torch.Tensor, exclude_self: bool) -> torch.Tensor:
@@ -55,32 +56,35 @@ class FedCOM(Ditto):
         super().setup()
         info = self.data.info
         if "minority_class" not in info:
-            raise ConfigError("partition", self.cfg.partition.name,
-                              "complementary_pairs (FedCOM needs each client's minority class c_k, FedCOM §3.1, Alg. 1)")
+            raise ConfigError(
+                "partition",
+                self.cfg.partition.name,
+                "complementary_pairs (FedCOM needs each client's minority class c_k, FedCOM §3.1, Alg. 1)",
+            )
         weights = [n for n in self.fm.names("classifier") if self.w[n].dim() == 2]
-        self.classifier = weights[0]                                   # W: [C, d], rows = classes, cols = channels
+        self.classifier = weights[0]  # W: [C, d], rows = classes, cols = channels
         d = self.w[self.classifier].shape[1]
         x = self.hp.top_x
         if isinstance(x, bool) or not isinstance(x, int) or not 1 <= x <= d:
             raise ConfigError("algorithm.top_x", x, f"an integer in [1, {d}] (input width of {self.classifier})")
         if not isinstance(self.hp.exclude_self, bool):
             raise ConfigError("algorithm.exclude_self", self.hp.exclude_self, "true | false")
-        self.minority = torch.as_tensor(np.asarray(info["minority_class"]), dtype=torch.long)   # c_k
+        self.minority = torch.as_tensor(np.asarray(info["minority_class"]), dtype=torch.long)  # c_k
         self.partner = torch.as_tensor(np.asarray(info["partner"]), dtype=torch.long) if "partner" in info else None
-        self.match_hits, self.match_total = 0, 0     # Table 2: correct (client, round) matches so far
+        self.match_hits, self.match_total = 0, 0  # Table 2: correct (client, round) matches so far
 
     def personal_start(self, t, clients, glob):
         clients = clients.long()
         W = self.classifier
-        g = self.w[W].unsqueeze(0) - glob.params[W]                    # g_k = W^t - W_k^t   [M, C, d]
+        g = self.w[W].unsqueeze(0) - glob.params[W]  # g_k = W^t - W_k^t   [M, C, d]
         c = self.minority[clients].to(g.device)
         idx = important_channels(g, c, int(self.hp.top_x))
         scores = matching_scores(g, c, idx)
-        peers = clients[complementary_peers(scores, bool(self.hp.exclude_self)).cpu()]   # k_com, client ids
+        peers = clients[complementary_peers(scores, bool(self.hp.exclude_self)).cpu()]  # k_com, client ids
         # Eq. 2 as one [M, K] mixing matrix on the round-start personal models (synchronous snapshot, §9.4)
         merge = 0.5 * (torch.nn.functional.one_hot(clients, self.K) + torch.nn.functional.one_hot(peers, self.K))
         v, vb = mix(self.V, merge), mix(self.VB, merge)
-        vb = {k: (vb[k] if b.is_floating_point() else b[clients]) for k, b in self.VB.items()}   # BN counters: own
+        vb = {k: (vb[k] if b.is_floating_point() else b[clients]) for k, b in self.VB.items()}  # BN counters: own
         final = t == int(self.cfg.rounds)
         self.publish_matrix("matching_scores", t, scores, draw=final, xlabel="candidate p", ylabel="requester k")
         self.publish_matrix("important_channels", t, idx, draw=False)
@@ -95,7 +99,7 @@ class FedCOM(Ditto):
     def finish(self, run_dir):
         if not self.match_total:
             return {}
-        return {"matching_acc": self.match_hits / self.match_total}   # over all (client, round) matches
+        return {"matching_acc": self.match_hits / self.match_total}  # over all (client, round) matches
 
 
 __all__ = ["FedCOM", "important_channels", "matching_scores", "complementary_peers"]

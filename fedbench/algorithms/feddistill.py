@@ -1,6 +1,7 @@
 """FedDistill / FD (Jeong et al., "Communication-efficient on-device machine learning: federated distillation
 and augmentation under non-IID private data", arXiv 1811.11479, 2018) — baseline of FedReMa Table 1;
 PFLlib ``clientdistill``/``serverdistill`` (the form FedReMa's Table 1 ran)."""
+
 from __future__ import annotations
 
 from . import register

@@ -12,6 +12,7 @@ The server stores every client's latest uploaded model and only relays them; rou
    the affinity row gets P[k, j] += w_{k,j};
 3. local training (CE, E epochs) on the remaining train data; the trained model is uploaded.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -25,11 +26,12 @@ from . import register
 from .base import Algorithm
 from .local import LocalInputs
 
-DIST_EPS = 1e-5   # added to ‖θ_j − θ_k‖ (PFLlib ``weight_cal``), so identical models give w = 0, not 0/0
+DIST_EPS = 1e-5  # added to ‖θ_j − θ_k‖ (PFLlib ``weight_cal``), so identical models give w = 0, not 0/0
 
 
-def fomo_weights(own_loss: torch.Tensor, peer_loss: torch.Tensor, dist: torch.Tensor,
-                 valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def fomo_weights(
+    own_loss: torch.Tensor, peer_loss: torch.Tensor, dist: torch.Tensor, valid: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Eq. 6-7 for M clients and up to J peers each: (raw w [M, J], normalised w̃ [M, J]).
 
     ``own_loss`` [M] = L_k(θ_k), ``peer_loss`` [M, J] = L_k(θ_j), ``dist`` [M, J] = ‖θ_j − θ_k‖,
@@ -41,8 +43,9 @@ def fomo_weights(own_loss: torch.Tensor, peer_loss: torch.Tensor, dist: torch.Te
     return w, torch.where(s > 0, pos / s.clamp(min=1e-300), torch.zeros_like(pos))
 
 
-def epsilon_greedy(affinity: np.ndarray, candidates: list[int], M: int, eps: float,
-                   rng: np.random.Generator) -> list[int]:
+def epsilon_greedy(
+    affinity: np.ndarray, candidates: list[int], M: int, eps: float, rng: np.random.Generator
+) -> list[int]:
     """M distinct peers from ``candidates``: per slot, with probability ``eps`` the next of a random order, else
     the next by ``affinity`` (descending, random tie-breaking) — official ``get_federating_clients``."""
     if not candidates:
@@ -65,9 +68,9 @@ def pair_distances(stack: Stack, a: torch.Tensor, b: torch.Tensor, norm: str = "
     for v in stack.values():
         if not v.is_floating_point():
             continue
-        for s in range(0, len(a), 8):   # a few pairs at a time: bounded memory for large models
-            d = (v[a[s:s + 8]] - v[b[s:s + 8]]).flatten(1)
-            total[s:s + 8] += (d.abs().sum(1) if norm == "l1" else (d ** 2).sum(1)).double().cpu()
+        for s in range(0, len(a), 8):  # a few pairs at a time: bounded memory for large models
+            d = (v[a[s : s + 8]] - v[b[s : s + 8]]).flatten(1)
+            total[s : s + 8] += (d.abs().sum(1) if norm == "l1" else (d**2).sum(1)).double().cpu()
     return total if norm == "l1" else total.sqrt()
 
 
@@ -79,14 +82,19 @@ class FedFomo(Algorithm):
     state_attrs = ("P", "B", "affinity", "uploaded")
 
     def setup(self):
-        for key, check in (("M", int_at_least(1)), ("val_fraction", number(0, 1, lo_open=True, hi_open=True)),
-                           ("epsilon", number(0, 1)), ("epsilon_decay", number(0)), ("distance", one_of("l2", "l1"))):
+        for key, check in (
+            ("M", int_at_least(1)),
+            ("val_fraction", number(0, 1, lo_open=True, hi_open=True)),
+            ("epsilon", number(0, 1)),
+            ("epsilon_decay", number(0)),
+            ("distance", one_of("l2", "l1")),
+        ):
             self.checked_hp(key, check)
         w, bn = self.initial_model()
         self.P, self.B = broadcast(w, self.K), broadcast(bn, self.K)
-        self.affinity = torch.zeros(self.K, self.K, dtype=torch.float64)   # P[k, j]: k's accumulated w_{k,j}
+        self.affinity = torch.zeros(self.K, self.K, dtype=torch.float64)  # P[k, j]: k's accumulated w_{k,j}
         self.uploaded = torch.zeros(self.K, dtype=torch.bool)
-        self.val_idx, self.fit_idx = [], []   # fixed local split: validation (Eq. 6) / training
+        self.val_idx, self.fit_idx = [], []  # fixed local split: validation (Eq. 6) / training
         for k in range(self.K):
             idx = self.data.train_idx[k]
             perm = idx[seeding.rng(self.seed, "fomo_val", k).permutation(len(idx))]
@@ -99,14 +107,25 @@ class FedFomo(Algorithm):
         eps = max(0.0, float(hp.epsilon) - (t - 1) * float(hp.epsilon_decay))
         avail = torch.nonzero(self.uploaded).flatten().tolist()
         affinity = self.affinity.cpu().numpy()
-        peers = [epsilon_greedy(affinity[k], [j for j in avail if j != k], int(hp.M), eps,
-                                seeding.rng(self.seed, "fomo_peers", t, k)) for k in clients.tolist()]
+        peers = [
+            epsilon_greedy(
+                affinity[k], [j for j in avail if j != k], int(hp.M), eps, seeding.rng(self.seed, "fomo_peers", t, k)
+            )
+            for k in clients.tolist()
+        ]
         A, metrics = self.first_order_update(clients, peers)
-        start = {n: torch.tensordot(A.to(v), v, dims=([1], [0])) for n, v in self.P.items()}       # Eq. 7 as W @ θ
-        start_b = {n: (torch.tensordot(A.to(v), v, dims=([1], [0])) if v.is_floating_point() else v[clients])
-                   for n, v in self.B.items()}
-        res = self.local_train(t, clients, (start, start_b), self.train_spec,
-                               LocalInputs(indices=[self.fit_idx[k] for k in clients.tolist()]))
+        start = {n: torch.tensordot(A.to(v), v, dims=([1], [0])) for n, v in self.P.items()}  # Eq. 7 as W @ θ
+        start_b = {
+            n: (torch.tensordot(A.to(v), v, dims=([1], [0])) if v.is_floating_point() else v[clients])
+            for n, v in self.B.items()
+        }
+        res = self.local_train(
+            t,
+            clients,
+            (start, start_b),
+            self.train_spec,
+            LocalInputs(indices=[self.fit_idx[k] for k in clients.tolist()]),
+        )
         set_rows(self.P, clients, res.params)
         set_rows(self.B, clients, res.buffers)
         self.uploaded[clients.long().cpu()] = True
@@ -127,8 +146,12 @@ class FedFomo(Algorithm):
         pair_model = [j for i in range(m) for j in [ks[i], *peers[i]]]
         sel = torch.tensor(pair_model)
         logits = self.ctx.predict(rows(self.P, sel), rows(self.B, sel), [self.val_idx[ks[i]] for i in pair_client])
-        losses = torch.stack([F.cross_entropy(z, self.data.y[self.data.tensor(self.val_idx[ks[i]])]).double().cpu()
-                              for z, i in zip(logits, pair_client)])
+        losses = torch.stack(
+            [
+                F.cross_entropy(z, self.data.y[self.data.tensor(self.val_idx[ks[i]])]).double().cpu()
+                for z, i in zip(logits, pair_client)
+            ]
+        )
         own_loss = torch.zeros(m, dtype=torch.float64)
         peer_loss = torch.zeros(m, J, dtype=torch.float64)
         dist = torch.zeros(m, J, dtype=torch.float64)
@@ -140,7 +163,7 @@ class FedFomo(Algorithm):
         for i in range(m):
             own_loss[i] = losses[pos]
             n = len(peers[i])
-            peer_loss[i, :n], dist[i, :n], valid[i, :n] = losses[pos + 1:pos + 1 + n], d[q:q + n], True
+            peer_loss[i, :n], dist[i, :n], valid[i, :n] = losses[pos + 1 : pos + 1 + n], d[q : q + n], True
             pos, q = pos + 1 + n, q + n
         w, wn = fomo_weights(own_loss, peer_loss, dist, valid)
         for i in range(m):
@@ -149,21 +172,29 @@ class FedFomo(Algorithm):
                 self.affinity[ks[i], peers[i]] += w[i, :n].to(self.affinity.device)
                 A[i, peers[i]] += wn[i, :n]
                 A[i, ks[i]] -= wn[i, :n].sum()
-        return A, {"fedfomo/positive_peers": float((w > 0).sum(1).double().mean()),
-                   "fedfomo/self_weight": float(A[torch.arange(m), clients.long().cpu()].mean())}
+        return A, {
+            "fedfomo/positive_peers": float((w > 0).sum(1).double().mean()),
+            "fedfomo/self_weight": float(A[torch.arange(m), clients.long().cpu()].mean()),
+        }
 
     def client_models(self, clients, t):
         return rows(self.P, clients), rows(self.B, clients)
 
     def global_model(self):
-        """No global model in FedFomo; the generic model (FedKA Table 9 [REC]) is the n_k-weighted average of
-        the uploaded client models (all clients' initial model before any upload)."""
+        """No global model in FedFomo; the generic model (FedKA Table 9; averaging: our choice) is the n_k-weighted
+        average of the uploaded client models (all clients' initial model before any upload)."""
         w = self.n * (self.uploaded.cpu().double() if self.uploaded.any() else 1.0)
         return weighted_mean(self.P, w), weighted_mean(self.B, w)
 
     def finish(self, run_dir) -> dict:
-        self.publish_matrix("fedfomo_affinity", int(self.cfg.rounds), self.affinity,
-                            title="FedFomo affinity P[k, j] (accumulated w_kj)", xlabel="peer j", ylabel="client k")
+        self.publish_matrix(
+            "fedfomo_affinity",
+            int(self.cfg.rounds),
+            self.affinity,
+            title="FedFomo affinity P[k, j] (accumulated w_kj)",
+            xlabel="peer j",
+            ylabel="client k",
+        )
         return {"fedfomo_affinity": self.affinity.tolist()}
 
 

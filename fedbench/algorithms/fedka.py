@@ -12,6 +12,7 @@ the running statistics it holds at the start of the step, the anchors in a forwa
 never enter the mini-batch's statistics). So L_KA = 0 while θ_i = θ_g. Nets without BN/dropout: the same
 numbers as any other arrangement.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -22,13 +23,13 @@ from .. import seeding
 from ..engine.masking import pad_aware
 from ..engine.stack import broadcast
 from ..errors import ConfigError
-from ..forgetting import DOMINANT, GROUP_NAMES, MISSING, NON_DOMINANT, class_groups
 from ..files import written
+from ..forgetting import DOMINANT, GROUP_NAMES, MISSING, NON_DOMINANT, class_groups
 from . import register
 from .base import Algorithm
 from .local import LocalInputs
 
-SAMPLING = ("random", "hard", "proficient")          # paper §5.7, Table 7: R / H (max loss) / P (min loss)
+SAMPLING = ("random", "hard", "proficient")  # paper §5.7, Table 7: R / H (max loss) / P (min loss)
 ANCHOR_CLASSES = ("both", "non_dominant", "missing")  # Table 6: FedKA / KA(N) / KA(M)
 
 
@@ -36,12 +37,15 @@ def shared_set(labels: np.ndarray, num_classes: int, rng: np.random.Generator) -
     """S (§4, Def. 2): one random training sample per class (pool indices), fixed for the run; −1 for a class
     without training samples (it can then never be anchored). The paper has clients contribute S; we draw it
     from the global train split with a fixed seed and keep it in its owner's data too."""
-    return np.array([rng.choice(np.flatnonzero(labels == c)) if (labels == c).any() else -1 for c in range(num_classes)],
-                    dtype=np.int64)
+    return np.array(
+        [rng.choice(np.flatnonzero(labels == c)) if (labels == c).any() else -1 for c in range(num_classes)],
+        dtype=np.int64,
+    )
 
 
-def knowledge_anchor_loss(z_local: torch.Tensor, z_global: torch.Tensor, kept: torch.Tensor,
-                          mask: torch.Tensor) -> torch.Tensor:
+def knowledge_anchor_loss(
+    z_local: torch.Tensor, z_global: torch.Tensor, kept: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
     """L_KA (below Eq. 3) = (1/|T|) ||Φ(z_g) − Φ(z_l)||² = (1/|T|) Σ_{a∈T} Σ_{k∉C_d} (z_g[a,k] − z_l[a,k])²: squared
     L2 summed over the kept logits (no mean over the logit dimension), divided by |T|. ``kept`` [C] = 1 for
     non-dominant and missing classes (Φ drops dominant columns); ``mask`` [A] = 1 for real anchors, 0 for
@@ -66,16 +70,18 @@ class FedKA(Algorithm):
     """Alg. 1: θ_i ← θ_g; build T_i^r; E epochs of SGD on CE + β·L_KA(T_i^r, θ_g, θ_i); FedAvg aggregation."""
 
     name = "fedka"
-    state_attrs = ("w", "bn")   # S, the class groups and the per-class index tables are static (rebuilt by setup)
+    state_attrs = ("w", "bn")  # S, the class groups and the per-class index tables are static (rebuilt by setup)
 
     def setup(self):
         hp = self.hp
         num = lambda v: isinstance(v, (int, float)) and np.isfinite(v)  # noqa: E731
-        checks = (("gamma", lambda v: num(v) and 0 < v <= 1, "a number in (0, 1]"),
-                  ("beta", lambda v: num(v) and v >= 0, "a number >= 0"),
-                  ("mu", lambda v: v is None or (isinstance(v, int) and v >= 1), "null or an integer >= 1"),
-                  ("sampling", lambda v: v in SAMPLING, "one of " + ", ".join(SAMPLING)),
-                  ("anchor_classes", lambda v: v in ANCHOR_CLASSES, "one of " + ", ".join(ANCHOR_CLASSES)))
+        checks = (
+            ("gamma", lambda v: num(v) and 0 < v <= 1, "a number in (0, 1]"),
+            ("beta", lambda v: num(v) and v >= 0, "a number >= 0"),
+            ("mu", lambda v: v is None or (isinstance(v, int) and v >= 1), "null or an integer >= 1"),
+            ("sampling", lambda v: v in SAMPLING, "one of " + ", ".join(SAMPLING)),
+            ("anchor_classes", lambda v: v in ANCHOR_CLASSES, "one of " + ", ".join(ANCHOR_CLASSES)),
+        )
         for key, ok, allowed in checks:
             v = hp.get(key, "<missing>")
             if isinstance(v, bool) or v == "<missing>" or not ok(v):
@@ -86,9 +92,11 @@ class FedKA(Algorithm):
         C = self.data.num_classes
         labels = self.data.y.cpu().numpy()
         self.S = shared_set(labels[: self.data.n_pool_train], C, seeding.rng(self.seed, "fedka_shared_set"))
-        self.slots = min(int(hp.mu), C) if hp.mu is not None else C              # |T_i^r| ≤ min(μ, C)
-        self.use = {NON_DOMINANT: hp.anchor_classes in ("both", "non_dominant"),
-                    MISSING: hp.anchor_classes in ("both", "missing")}
+        self.slots = min(int(hp.mu), C) if hp.mu is not None else C  # |T_i^r| ≤ min(μ, C)
+        self.use = {
+            NON_DOMINANT: hp.anchor_classes in ("both", "non_dominant"),
+            MISSING: hp.anchor_classes in ("both", "missing"),
+        }
         self.data_changed()
 
     def data_changed(self):
@@ -97,8 +105,10 @@ class FedKA(Algorithm):
         labels = self.data.y.cpu().numpy()
         self.groups = class_groups(self.data.counts, float(self.hp.gamma))
         self.kept = torch.as_tensor(self.groups != DOMINANT, dtype=self.data.x.dtype, device=self.data.x.device)  # Φ
-        self.candidates = [{c: idx[labels[idx] == c] for c in np.flatnonzero(self.groups[k] == NON_DOMINANT)}
-                           for k, idx in enumerate(self.data.train_idx)]
+        self.candidates = [
+            {c: idx[labels[idx] == c] for c in np.flatnonzero(self.groups[k] == NON_DOMINANT)}
+            for k, idx in enumerate(self.data.train_idx)
+        ]
 
     # ---- the knowledge anchor (Alg. 1 lines 5–6) -----------------------------------------------------
     def candidate_losses(self, clients) -> dict:
@@ -123,7 +133,7 @@ class FedKA(Algorithm):
             if g == NON_DOMINANT and self.use[NON_DOMINANT]:
                 if self.sampling == "random":
                     i = rng.integers(len(self.candidates[k][c]))
-                else:                                     # hard: max loss, proficient: min loss
+                else:  # hard: max loss, proficient: min loss
                     i = (np.argmax if self.sampling == "hard" else np.argmin)(losses[k, c])
                 anchor.append(self.candidates[k][c][i])
             elif g == MISSING and self.use[MISSING] and self.S[c] >= 0:
@@ -132,7 +142,7 @@ class FedKA(Algorithm):
                 continue
             kind.append(g)
         anchor, kind = np.asarray(anchor, dtype=np.int64), np.asarray(kind)
-        if len(anchor) > self.slots:                      # down-sample to μ, resampled every round
+        if len(anchor) > self.slots:  # down-sample to μ, resampled every round
             keep = np.sort(rng.choice(len(anchor), self.slots, replace=False))
             anchor, kind = anchor[keep], kind[keep]
         return anchor, int((kind == NON_DOMINANT).sum()), int((kind == MISSING).sum())
@@ -144,21 +154,28 @@ class FedKA(Algorithm):
         built = [self.knowledge_anchor(t, int(k), losses) for k in clients]
         filler = int(self.S[self.S >= 0][0])
         padded = [pad_anchor(a, self.slots, filler) for a, _, _ in built]
-        idx = np.stack([p[0] for p in padded])                                   # [m, A]
+        idx = np.stack([p[0] for p in padded])  # [m, A]
         x = self.data.x
         # Z_g: the global model's logits on the anchors, once per round, eval mode (like Z_l in loss), no grad
         z_g = self.ctx.predict(broadcast(self.w, 1), broadcast(self.bn, 1), [idx.reshape(-1)])[0]
-        ctx = {"anchor_x": x[self.data.tensor(idx)],
-               "anchor_mask": torch.as_tensor(np.stack([p[1] for p in padded]), dtype=x.dtype, device=x.device),
-               "anchor_logits": z_g.reshape(m, self.slots, -1),
-               "kept": self.kept[clients.long().to(x.device)]}
-        res = self.local_train(t, clients, (broadcast(self.w, m), broadcast(self.bn, m)), self.train_spec,
-                               LocalInputs(ctx=ctx))
-        self.w = self.aggregate(res.params, clients)          # θ_g ← Σ |D_i| θ_i / Σ |D_j| over participants
+        ctx = {
+            "anchor_x": x[self.data.tensor(idx)],
+            "anchor_mask": torch.as_tensor(np.stack([p[1] for p in padded]), dtype=x.dtype, device=x.device),
+            "anchor_logits": z_g.reshape(m, self.slots, -1),
+            "kept": self.kept[clients.long().to(x.device)],
+        }
+        res = self.local_train(
+            t, clients, (broadcast(self.w, m), broadcast(self.bn, m)), self.train_spec, LocalInputs(ctx=ctx)
+        )
+        self.w = self.aggregate(res.params, clients)  # θ_g ← Σ |D_i| θ_i / Σ |D_j| over participants
         self.bn = self.aggregate(res.buffers, clients)
         sizes = np.array([[len(a), n, mm] for a, n, mm in built], dtype=float)
-        return {"train/loss": res.loss.mean().item(), "fedka/anchor_size": sizes[:, 0].mean(),
-                "fedka/anchor_non_dominant": sizes[:, 1].mean(), "fedka/anchor_missing": sizes[:, 2].mean()}
+        return {
+            "train/loss": res.loss.mean().item(),
+            "fedka/anchor_size": sizes[:, 0].mean(),
+            "fedka/anchor_non_dominant": sizes[:, 1].mean(),
+            "fedka/anchor_missing": sizes[:, 2].mean(),
+        }
 
     @pad_aware
     def loss(self, fm, p, b, x, y, ctx):

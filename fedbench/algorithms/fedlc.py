@@ -1,4 +1,5 @@
 """FedLC — federated learning with logit calibration (Zhang et al., ICML 2022) — ECL Tables 1, 4."""
+
 from __future__ import annotations
 
 import torch
@@ -26,12 +27,12 @@ class FedLC(FedAvg):
     name = "fedlc"
 
     def setup(self):
-        tau = float(self.checked_hp("tau", number(0)))                                   # τ
+        tau = float(self.checked_hp("tau", number(0)))  # τ
         empty = float(self.checked_hp("empty_count", number(0, lo_open=True)))
         super().setup()
         x = self.data.x
         counts = torch.as_tensor(self.data.counts, dtype=torch.float64)
-        self.margin = calibration_margin(counts, tau, empty).to(dtype=x.dtype, device=x.device)   # [K, C]
+        self.margin = calibration_margin(counts, tau, empty).to(dtype=x.dtype, device=x.device)  # [K, C]
 
     def client_context(self, clients):
         return {"margin": self.margin[clients.long().to(self.margin.device)]}, {}

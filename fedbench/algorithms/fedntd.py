@@ -1,4 +1,5 @@
 """FedNTD — federated not-true distillation (Lee, Jeong, Shin, Yun, NeurIPS 2022)."""
+
 from __future__ import annotations
 
 import torch.nn.functional as F
@@ -25,14 +26,14 @@ class FedNTD(FedAvg):
     name = "fedntd"
 
     def setup(self):
-        self.beta = float(self.checked_hp("beta", number(0)))                    # β
-        self.tau = float(self.checked_hp("tau", number(0, lo_open=True)))        # τ
+        self.beta = float(self.checked_hp("beta", number(0)))  # β
+        self.tau = float(self.checked_hp("tau", number(0, lo_open=True)))  # τ
         scale = bool(self.checked_hp("tau_squared", boolean()))
-        self.kd_weight = self.beta if scale else self.beta / self.tau ** 2        # kd_kl carries τ²
+        self.kd_weight = self.beta if scale else self.beta / self.tau**2  # kd_kl carries τ²
         super().setup()
 
     def client_context(self, clients):
-        return {}, {"w_global": self.w, "bn_global": self.bn}   # the teacher: the round's global model
+        return {}, {"w_global": self.w, "bn_global": self.bn}  # the teacher: the round's global model
 
     @pad_aware
     def local_loss(self, fm, p, b, x, y, ctx):

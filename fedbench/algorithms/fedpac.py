@@ -21,6 +21,7 @@ tools.py, running.py) and PFLlib's clientpac/serverpac (FedReMa's code base). Ro
 Linear is the head, f = its input) or ``head`` (the model's whole head, fedbench's ``fm.head``; FedReMa's
 PFLlib fork treats all FC layers as the head for every method).
 """
+
 from __future__ import annotations
 
 import time
@@ -50,7 +51,7 @@ def feature_statistics(means: torch.Tensor, counts: torch.Tensor, sq_norms: torc
     n = counts.sum(1, keepdim=True).clamp(min=1)
     prior = counts / n
     H = prior.unsqueeze(-1) * means
-    V = ((prior * sq_norms).sum(1) - (H ** 2).sum((1, 2))) / n.squeeze(1)
+    V = ((prior * sq_norms).sum(1) - (H**2).sum((1, 2))) / n.squeeze(1)
     return V, H
 
 
@@ -62,10 +63,15 @@ def simplex_qp(P: np.ndarray) -> np.ndarray | None:
     if scale == 0.0:
         return np.full(m, 1.0 / m)
     Q = P / scale
-    res = minimize(lambda a: a @ Q @ a, np.full(m, 1.0 / m), jac=lambda a: 2.0 * Q @ a, method="SLSQP",
-                   bounds=[(0.0, 1.0)] * m, constraints=[{"type": "eq", "fun": lambda a: a.sum() - 1.0,
-                                                          "jac": lambda a: np.ones_like(a)}],
-                   options={"ftol": 1e-12, "maxiter": 1000})
+    res = minimize(
+        lambda a: a @ Q @ a,
+        np.full(m, 1.0 / m),
+        jac=lambda a: 2.0 * Q @ a,
+        method="SLSQP",
+        bounds=[(0.0, 1.0)] * m,
+        constraints=[{"type": "eq", "fun": lambda a: a.sum() - 1.0, "jac": lambda a: np.ones_like(a)}],
+        options={"ftol": 1e-12, "maxiter": 1000},
+    )
     return np.clip(res.x, 0.0, None) if res.success else None
 
 
@@ -73,7 +79,7 @@ def bias_matrix(H: torch.Tensor, i: int, outer: bool = False) -> torch.Tensor:
     """D_i [M, M], D_i[j, j'] = Σ_c ⟨H_i(c) − H_j(c), H_i(c) − H_j'(c)⟩: one Gram matrix of Δ_j = vec(H_i − H_j);
     ``outer``: the official code's arithmetic, trace(Σ_c (H_i(c) − H_j(c)) (H_i(c) − H_j'(c))^T) with one d×d
     matrix per pair and class (same numbers, O(M² C d²) instead of O(M² C d): its runtime)."""
-    delta = H[i].unsqueeze(0) - H                                          # [M, C, d]
+    delta = H[i].unsqueeze(0) - H  # [M, C, d]
     if not outer:
         flat = delta.flatten(1)
         return flat @ flat.T
@@ -88,8 +94,9 @@ def bias_matrix(H: torch.Tensor, i: int, outer: bool = False) -> torch.Tensor:
     return D
 
 
-def combination_weights(V: torch.Tensor, H: torch.Tensor, eig_floor: float = 0.01, prune: float = 1e-3,
-                        outer: bool = False) -> tuple[torch.Tensor, int]:
+def combination_weights(
+    V: torch.Tensor, H: torch.Tensor, eig_floor: float = 0.01, prune: float = 1e-3, outer: bool = False
+) -> tuple[torch.Tensor, int]:
     """Head-combination weights A [M, M] (row i: client i's α over the M clients) and the number of failed solves.
 
     Row i solves the QP of §4.2 with P_i = diag(V) + D_i (:func:`bias_matrix`). As in the official code: a P_i
@@ -153,14 +160,15 @@ class FeatureSplit:
         h = self.fm.features(p, b, x)
         if self.scope == "head":
             return h
-        return functional_call(self.pre, ({n: p["head." + n] for n in self.pre_p},
-                                          {n: b["head." + n] for n in self.pre_b}), (h,))
+        return functional_call(
+            self.pre, ({n: p["head." + n] for n in self.pre_p}, {n: b["head." + n] for n in self.pre_b}), (h,)
+        )
 
     def head(self, p, b, h):
         if self.scope == "head":
             return self.fm.head(p, b, h)
         k = self.last_key
-        return functional_call(self.last, {n[len(k):]: v for n, v in p.items() if n.startswith(k)}, (h,))
+        return functional_call(self.last, {n[len(k) :]: v for n, v in p.items() if n.startswith(k)}, (h,))
 
 
 # ---- the algorithm -------------------------------------------------------------------------------------
@@ -172,9 +180,15 @@ class FedPAC(Algorithm):
     state_attrs = ("theta", "theta_buf", "phi", "phi_buf", "centroids", "has_centroid")
 
     def setup(self):
-        for key, check in (("lam", number(0)), ("head_epochs", int_at_least(0)), ("head_lr", number(0, lo_open=True)),
-                           ("head_scope", one_of("classifier", "head")), ("eig_floor", number(0)),
-                           ("prune", number(0, 1, hi_open=True)), ("bias_term", one_of("gram", "outer"))):
+        for key, check in (
+            ("lam", number(0)),
+            ("head_epochs", int_at_least(0)),
+            ("head_lr", number(0, lo_open=True)),
+            ("head_scope", one_of("classifier", "head")),
+            ("eig_floor", number(0)),
+            ("prune", number(0, 1, hi_open=True)),
+            ("bias_term", one_of("gram", "outer")),
+        ):
             self.checked_hp(key, check)
         self.split = FeatureSplit(self.fm, self.hp.head_scope)
         self.personal, self.personal_buf = self.split.personal, self.split.personal_buffers
@@ -183,20 +197,24 @@ class FedPAC(Algorithm):
         self.shared = [n for n in self.fm.param_names if n not in self.personal]
         self.shared_buf = [n for n in self.fm.buffer_names if n not in self.personal_buf]
         w, bn = self.initial_model()
-        self.theta, self.theta_buf = select(w, self.shared), select(bn, self.shared_buf)          # θ, global
-        self.phi = broadcast(select(w, self.personal), self.K)                                   # φ_k, personal
+        self.theta, self.theta_buf = select(w, self.shared), select(bn, self.shared_buf)  # θ, global
+        self.phi = broadcast(select(w, self.personal), self.K)  # φ_k, personal
         self.phi_buf = broadcast(select(bn, self.personal_buf), self.K)
         x = self.data.x
         self.fm.set_mode(False)
         with torch.no_grad():
-            d = self.split.features(w, bn, x[:1]).flatten(1).shape[1]   # feature width (eval mode: BN-safe)
+            d = self.split.features(w, bn, x[:1]).flatten(1).shape[1]  # feature width (eval mode: BN-safe)
         self.fm.set_mode(True)
         self.centroids = torch.zeros(self.data.num_classes, d, dtype=x.dtype, device=x.device)  # c (none yet)
         self.has_centroid = torch.zeros(self.data.num_classes, dtype=torch.bool, device=x.device)
         # local training (Alg. 1): the head first (representation frozen), then the representation (head frozen)
-        self.head_spec = LocalSpec("fedpac_head", trainable=self.personal, epochs=int(self.hp.head_epochs),
-                                   opt=self.opt.replace(lr=float(self.hp.head_lr)),
-                                   persist_opt_state=bool(self.cfg.optim.persistent_state))
+        self.head_spec = LocalSpec(
+            "fedpac_head",
+            trainable=self.personal,
+            epochs=int(self.hp.head_epochs),
+            opt=self.opt.replace(lr=float(self.hp.head_lr)),
+            persist_opt_state=bool(self.cfg.optim.persistent_state),
+        )
         body = self.train_spec.replace(trainable=self.shared)
         self.body_specs = {True: body.replace(loss=self.aligned_loss), False: body.replace(loss=self.plain_loss)}
 
@@ -216,7 +234,7 @@ class FedPAC(Algorithm):
             metrics["train/loss_head_phase"] = first.loss.mean().item()
         aligned = bool(self.has_centroid.any()) and float(hp.lam) > 0
         ctx = {}
-        if aligned:   # c_y, or the client's own pre-training class mean where the server has none (code)
+        if aligned:  # c_y, or the client's own pre-training class mean where the server has none (code)
             has_local = counts > 0
             target = torch.where(self.has_centroid.view(1, -1, 1), self.centroids.unsqueeze(0), means0)
             ctx = {"targets": target, "has_target": self.has_centroid.unsqueeze(0) | has_local}
@@ -232,8 +250,13 @@ class FedPAC(Algorithm):
         metrics["fedpac/qp_seconds"] = time.perf_counter() - tic
         set_rows(self.phi, clients, mix(select(res.params, self.personal), A))
         set_rows(self.phi_buf, clients, mix(select(res.buffers, self.personal_buf), A))
-        metrics.update({"fedpac/self_weight": float(A.diagonal().mean()),
-                        "fedpac/peers_used": float((A > 0).sum(1).double().mean()), "fedpac/qp_failed": failed})
+        metrics.update(
+            {
+                "fedpac/self_weight": float(A.diagonal().mean()),
+                "fedpac/peers_used": float((A > 0).sum(1).double().mean()),
+                "fedpac/qp_failed": failed,
+            }
+        )
         return metrics
 
     def class_statistics(self, clients, params, buffers, second_moment: bool = True):
@@ -244,8 +267,8 @@ class FedPAC(Algorithm):
         C = self.data.num_classes
         means, counts = class_means(feats, labels, C)
         sq = None
-        if second_moment:   # E[‖f‖² | c]
-            sq = class_means([(h ** 2).sum(1, keepdim=True) for h in feats], labels, C)[0][..., 0]
+        if second_moment:  # E[‖f‖² | c]
+            sq = class_means([(h**2).sum(1, keepdim=True) for h in feats], labels, C)[0][..., 0]
         return means, counts.to(means.dtype), sq
 
     @pad_aware
@@ -261,13 +284,26 @@ class FedPAC(Algorithm):
 
     def client_models(self, clients, t):
         m = len(clients)
-        return ({**broadcast(self.theta, m), **rows(self.phi, clients)},
-                {**broadcast(self.theta_buf, m), **rows(self.phi_buf, clients)})
+        return (
+            {**broadcast(self.theta, m), **rows(self.phi, clients)},
+            {**broadcast(self.theta_buf, m), **rows(self.phi_buf, clients)},
+        )
 
     def global_model(self):
-        """Generic model (FedKA Table 9 [REC]): θ with the n_k-weighted average of all personal heads."""
-        return ({**self.theta, **weighted_mean(self.phi, self.n)},
-                {**self.theta_buf, **weighted_mean(self.phi_buf, self.n)})
+        """Generic model (FedKA Table 9; the averaging is our choice): θ with the n_k-weighted average of all personal
+        heads."""
+        return (
+            {**self.theta, **weighted_mean(self.phi, self.n)},
+            {**self.theta_buf, **weighted_mean(self.phi_buf, self.n)},
+        )
 
 
-__all__ = ["FedPAC", "FeatureSplit", "bias_matrix", "combination_weights", "feature_statistics", "simplex_qp", "weighted_centroids"]
+__all__ = [
+    "FedPAC",
+    "FeatureSplit",
+    "bias_matrix",
+    "combination_weights",
+    "feature_statistics",
+    "simplex_qp",
+    "weighted_centroids",
+]

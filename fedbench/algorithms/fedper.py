@@ -1,6 +1,7 @@
 """FedPer (Arivazhagan et al., arXiv 1912.00818, 2019), and the partial-aggregation pattern it shares with
 LG-FedAvg, FedBABU and FedRoD: the server averages some of the model ("shared" names), every client keeps the
 rest ("local" names) as its own (FedPer: baseline of FedReMa Tables 1-2, ECL Tables 1-2)."""
+
 from __future__ import annotations
 
 from ..engine.stack import broadcast, rows, select, set_rows
@@ -37,16 +38,18 @@ class PartialAggregation(Algorithm):
         if self.hp.head_scope not in HEAD_SCOPES:
             raise ConfigError("algorithm.head_scope", self.hp.head_scope, "one of " + ", ".join(HEAD_SCOPES))
         w, bn = self.initial_model()
-        self.w = {k: v for k, v in w.items() if not self.is_local(k)}                       # server: shared parameters
-        self.bn = {k: v for k, v in bn.items() if not self.is_local(k)}                     # server: shared buffers
-        self.local_w = broadcast({k: v for k, v in w.items() if self.is_local(k)}, self.K)   # v_k, every client
+        self.w = {k: v for k, v in w.items() if not self.is_local(k)}  # server: shared parameters
+        self.bn = {k: v for k, v in bn.items() if not self.is_local(k)}  # server: shared buffers
+        self.local_w = broadcast({k: v for k, v in w.items() if self.is_local(k)}, self.K)  # v_k, every client
         self.local_bn = broadcast({k: v for k, v in bn.items() if self.is_local(k)}, self.K)
 
     def download(self, clients):
         """Stacked models of ``clients``: shared part from the server + each client's local part."""
         m = len(clients)
-        return ({**broadcast(self.w, m), **rows(self.local_w, clients)},
-                {**broadcast(self.bn, m), **rows(self.local_bn, clients)})
+        return (
+            {**broadcast(self.w, m), **rows(self.local_w, clients)},
+            {**broadcast(self.bn, m), **rows(self.local_bn, clients)},
+        )
 
     def upload(self, clients, res) -> None:
         """Keep the trained local parts; n_k-weighted average of the shared parts (step 3)."""

@@ -1,6 +1,7 @@
 """FedProto (Tan et al., "FedProto: Federated Prototype Learning across Heterogeneous Clients", AAAI 2022) —
 a baseline of FedReMa Tables 1-2; PFLlib ``clientproto``/``serverproto``. Also the base of FedDistill: clients
 exchange per-class means of one of their outputs instead of model weights."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -41,7 +42,7 @@ class ClassMeanExchange(Algorithm):
         if isinstance(lam, bool) or not isinstance(lam, (int, float)) or lam < 0:
             raise ConfigError("algorithm.lam", lam, "a number >= 0 (the weight of the class-mean regularizer)")
         w, bn = self.initial_model()
-        self.P, self.B = broadcast(w, self.K), broadcast(bn, self.K)   # every client's own model
+        self.P, self.B = broadcast(w, self.K), broadcast(bn, self.K)  # every client's own model
         self.train_spec = self.train_spec.replace(loss=self.loss)
         z0 = client_outputs(self.ctx, self.z, broadcast(w, 1), broadcast(bn, 1), [np.arange(1)])[0].flatten(1)
         self.means = torch.zeros(self.data.num_classes, z0.shape[1], dtype=z0.dtype, device=z0.device)  # Z̄ (none yet)
@@ -58,8 +59,13 @@ class ClassMeanExchange(Algorithm):
         return F.cross_entropy(logits, y) + float(self.hp.lam) * reg
 
     def round(self, t, clients):
-        res = self.local_train(t, clients, (rows(self.P, clients), rows(self.B, clients)), self.train_spec,
-                               LocalInputs(shared={"means": self.means, "has_mean": self.has_mean}))
+        res = self.local_train(
+            t,
+            clients,
+            (rows(self.P, clients), rows(self.B, clients)),
+            self.train_spec,
+            LocalInputs(shared={"means": self.means, "has_mean": self.has_mean}),
+        )
         set_rows(self.P, clients, res.params)
         set_rows(self.B, clients, res.buffers)
         idx = [self.data.train_idx[int(k)] for k in clients]

@@ -1,5 +1,6 @@
 """FedProx (Li, Sahu, Zaheer, Sanjabi, Talwalkar, Smith, MLSys 2020) —
 baseline of FedReMa T1-2, FedKA T1, T3-5, T8, ECL T4."""
+
 from __future__ import annotations
 
 import torch.nn.functional as F
@@ -20,11 +21,11 @@ class FedProx(FedAvg):
     name = "fedprox"
 
     def setup(self):
-        self.mu = float(self.checked_hp("mu", number(0)))     # μ, proximal weight
+        self.mu = float(self.checked_hp("mu", number(0)))  # μ, proximal weight
         super().setup()
 
     def client_context(self, clients):
-        return {}, {"w_global": self.w}   # w^t
+        return {}, {"w_global": self.w}  # w^t
 
     @pad_aware
     def local_loss(self, fm, p, b, x, y, ctx):

@@ -1,6 +1,7 @@
 """FedRep (Collins, Hassani, Mokhtari, Shakkottai, ICML 2021): alternate head and body updates
 (baseline of CAFeMe Tables 1-2). ``fedrep`` = the paper/code (epochs, heads stay local); ``fedrep_caf`` = the
 CAFeMe code's variant (steps, Adam, all parameters averaged)."""
+
 from __future__ import annotations
 
 from ..checks import boolean, int_at_least, number, one_of
@@ -38,11 +39,14 @@ class FedRep(Algorithm):
         other = "steps" if unit == "epochs" else "epochs"
         for part in ("head", "body"):
             if self.hp.get(f"{part}_{other}") is not None:
-                raise ConfigError(f"algorithm.{part}_{other}", self.hp.get(f"{part}_{other}"),
-                                  f"null when the budget is given in {unit} (set head_{unit} and body_{unit} only)")
+                raise ConfigError(
+                    f"algorithm.{part}_{other}",
+                    self.hp.get(f"{part}_{other}"),
+                    f"null when the budget is given in {unit} (set head_{unit} and body_{unit} only)",
+                )
         self.unit = unit
-        self.head_budget = int(self.checked_hp(f"head_{unit}", int_at_least(1)))   # FedRep: epochs for the head φ
-        self.body_budget = int(self.checked_hp(f"body_{unit}", int_at_least(1)))   # ... and for the representation θ
+        self.head_budget = int(self.checked_hp(f"head_{unit}", int_at_least(1)))  # FedRep: epochs for the head φ
+        self.body_budget = int(self.checked_hp(f"body_{unit}", int_at_least(1)))  # ... and for the representation θ
         self.mode = self.checked_hp("aggregate", one_of("all", "body"))
         self.checked_hp("optimizer", one_of("adam", "sgd"))
         lr = float(self.checked_hp("lr", number(0, None, lo_open=True)))
@@ -51,14 +55,15 @@ class FedRep(Algorithm):
         self.head = self.fm.names("head")
         self.body = [n for n in self.fm.param_names if n not in set(self.head)]
         self.w, self.bn = self.initial_model()
-        self.H = broadcast(select(self.w, self.head), self.K) if self.mode == "body" else None   # local heads φ_k
+        self.H = broadcast(select(self.w, self.head), self.K) if self.mode == "body" else None  # local heads φ_k
         self.phase_state: dict = {}
         # the head φ, then the representation θ, each with its own optimizer (and kept state); in step mode both
         # phases follow one schedule of the round (phase "train"), split in round()
         epochs = unit == "epochs"
         spec = LocalSpec(opt=self.local_opt, persist_opt_state=bool(self.persistent))
-        self.head_spec = spec.replace(phase="fedrep_head" if epochs else "train", trainable=self.head,
-                                      epochs=self.head_budget if epochs else None)
+        self.head_spec = spec.replace(
+            phase="fedrep_head" if epochs else "train", trainable=self.head, epochs=self.head_budget if epochs else None
+        )
         self.body_spec = spec.replace(trainable=self.body, epochs=self.body_budget if epochs else None)
 
     def round(self, t, clients):
@@ -68,9 +73,17 @@ class FedRep(Algorithm):
             set_rows(P, slice(None), rows(self.H, clients))
         if self.unit == "steps":
             hs = self.head_budget
-            sched = make_schedule([self.data.train_idx[k] for k in ids], ids, int(self.cfg.batch_size), self.seed, "train",
-                                  t, steps=hs + self.body_budget, drop_last=bool(self.cfg.drop_last),
-                                  device=self.data.x.device)
+            sched = make_schedule(
+                [self.data.train_idx[k] for k in ids],
+                ids,
+                int(self.cfg.batch_size),
+                self.seed,
+                "train",
+                t,
+                steps=hs + self.body_budget,
+                drop_last=bool(self.cfg.drop_last),
+                device=self.data.x.device,
+            )
             head_in = LocalInputs(schedule=[s[:hs] for s in sched])
             body_in = LocalInputs(schedule=[s[hs:] for s in sched])
         else:

@@ -1,5 +1,6 @@
 """FedRoD (Chen & Chao, "On Bridging Generic and Personalized Federated Learning", ICLR 2022) — a
 baseline of ECL Table 1 and FedKA Table 9; PFLlib ``clientrod``/``serverrod``."""
+
 from __future__ import annotations
 
 import torch
@@ -14,7 +15,7 @@ from . import register
 from .fedper import PartialAggregation
 from .local import LocalInputs
 
-PERSONAL = "personal."   # prefix of the personal head's parameter names in a client's parameter dict
+PERSONAL = "personal."  # prefix of the personal head's parameter names in a client's parameter dict
 
 
 @register
@@ -40,15 +41,16 @@ class FedRoD(PartialAggregation):
         return name.startswith(PERSONAL)
 
     def setup(self):
-        super().setup()   # shared: the whole model (body + generic head); local: nothing yet
+        super().setup()  # shared: the whole model (body + generic head); local: nothing yet
         w, _ = self.initial_model()
         self.personal_names = [n for n in self.fm.param_names if self.in_head(n)]
         self.local_w = broadcast({PERSONAL + n: w[n] for n in self.personal_names}, self.K)
-        self.trainable = self.fm.param_names + list(self.local_w)     # body, generic head and personal head
-        self.class_counts = torch.as_tensor(self.data.counts, dtype=w[self.personal_names[0]].dtype,
-                                            device=w[self.personal_names[0]].device)   # n_{k,c} for the BSM loss
+        self.trainable = self.fm.param_names + list(self.local_w)  # body, generic head and personal head
+        self.class_counts = torch.as_tensor(
+            self.data.counts, dtype=w[self.personal_names[0]].dtype, device=w[self.personal_names[0]].device
+        )  # n_{k,c} for the BSM loss
         self.train_spec = self.train_spec.replace(loss=self.loss, trainable=self.trainable)
-        if self.cfg.optim.persistent_state:   # the base class would size the kept optimizer state for the model only
+        if self.cfg.optim.persistent_state:  # the base class would size the kept optimizer state for the model only
             full = {**w, **{PERSONAL + n: w[n] for n in self.personal_names}}
             self.opt_state = init_state(self.opt, broadcast(full, self.K), self.trainable, lead=(self.K,))
 
@@ -69,8 +71,13 @@ class FedRoD(PartialAggregation):
         return generic + personal
 
     def round(self, t, clients):
-        res = self.local_train(t, clients, self.download(clients), self.train_spec,
-                               LocalInputs(ctx={"class_counts": self.class_counts[clients.long()]}))
+        res = self.local_train(
+            t,
+            clients,
+            self.download(clients),
+            self.train_spec,
+            LocalInputs(ctx={"class_counts": self.class_counts[clients.long()]}),
+        )
         self.upload(clients, res)
         return {"train/loss": res.loss.mean().item()}
 

@@ -1,5 +1,6 @@
 """IFCA (Ghosh, Chung, Yin, Ramchandran, NeurIPS 2020): iterative federated clustering
 (IFCA / IFCA-FT: baselines of CAFeMe Tables 1-2, as in the CAFeMe code)."""
+
 from __future__ import annotations
 
 import copy
@@ -29,7 +30,7 @@ class IFCA(Algorithm):
     """
 
     name = "ifca"
-    state_attrs = ("W", "WB")   # cluster stacks: leading axis = J clusters
+    state_attrs = ("W", "WB")  # cluster stacks: leading axis = J clusters
 
     def setup(self):
         self.J = self.checked_hp("clusters", int_at_least(1))
@@ -46,8 +47,10 @@ class IFCA(Algorithm):
                     mod.reset_parameters()
             ps.append({k: v.detach() for k, v in net.named_parameters()})
             bs.append({k: v.detach() for k, v in net.named_buffers()})
-        return ({k: torch.stack([p[k] for p in ps]) for k in ps[0]},
-                {k: torch.stack([b[k] for b in bs]) for k in bs[0]} if bs and bs[0] else {})
+        return (
+            {k: torch.stack([p[k] for p in ps]) for k in ps[0]},
+            {k: torch.stack([b[k] for b in bs]) for k in bs[0]} if bs and bs[0] else {},
+        )
 
     @torch.no_grad()
     def cluster_losses(self, clients) -> torch.Tensor:
@@ -61,8 +64,10 @@ class IFCA(Algorithm):
                 idx = self.data.tensor(self.data.train_idx[k])
                 for j in range(self.J):
                     p, b = {n: v[j] for n, v in self.W.items()}, {n: v[j] for n, v in self.WB.items()}
-                    for i in range(0, len(idx), B):   # summed in order in float64, as the batch losses come
-                        out[m, j] += F.cross_entropy(fm(p, b, self.data.x[idx[i:i + B]]), self.data.y[idx[i:i + B]]).double()
+                    for i in range(0, len(idx), B):  # summed in order in float64, as the batch losses come
+                        out[m, j] += F.cross_entropy(
+                            fm(p, b, self.data.x[idx[i : i + B]]), self.data.y[idx[i : i + B]]
+                        ).double()
         finally:
             fm.set_mode(True)
         return out
@@ -74,16 +79,20 @@ class IFCA(Algorithm):
     def round(self, t, clients):
         j = self.assign(clients)
         res = self.local_train(t, clients, (rows(self.W, j), rows(self.WB, j)), self.train_spec)
-        A = F.one_hot(j, self.J).T.to(torch.float64)            # [J, M] cluster ← client
+        A = F.one_hot(j, self.J).T.to(torch.float64)  # [J, M] cluster ← client
         size = A.sum(1)
         chosen = size > 0
         avg_p, avg_b = mix(res.params, A / size.clamp(min=1)[:, None]), mix(res.buffers, A / size.clamp(min=1)[:, None])
         for k in self.W:
-            self.W[k] = torch.where(chosen.view(-1, *[1] * (self.W[k].dim() - 1)).to(self.W[k].device), avg_p[k], self.W[k])
+            self.W[k] = torch.where(
+                chosen.view(-1, *[1] * (self.W[k].dim() - 1)).to(self.W[k].device), avg_p[k], self.W[k]
+            )
         for k in self.WB:
-            if not self.WB[k].is_floating_point():   # integer counters (BN num_batches_tracked): kept per cluster
+            if not self.WB[k].is_floating_point():  # integer counters (BN num_batches_tracked): kept per cluster
                 continue
-            self.WB[k] = torch.where(chosen.view(-1, *[1] * (self.WB[k].dim() - 1)).to(self.WB[k].device), avg_b[k], self.WB[k])
+            self.WB[k] = torch.where(
+                chosen.view(-1, *[1] * (self.WB[k].dim() - 1)).to(self.WB[k].device), avg_b[k], self.WB[k]
+            )
         return {"train/loss": res.loss.mean().item(), "ifca/cluster_sizes": size.long().tolist()}
 
     def client_models(self, clients, t):

@@ -1,5 +1,6 @@
 """LG-FedAvg (Liang et al., "Think Locally, Act Globally", arXiv 2001.01523, 2020) — a baseline of
 ECL Table 1."""
+
 from __future__ import annotations
 
 from . import register

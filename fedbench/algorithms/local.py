@@ -4,6 +4,7 @@
 An algorithm builds its specs once, in ``setup`` (or where a phase's options become known, e.g. a per-round
 learning rate: ``spec.replace(opt=...)``).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -23,16 +24,16 @@ class LocalSpec:
     """One training phase. ``None`` defaults come from the run: all parameters trainable, ``local_epochs`` epochs
     (when neither ``epochs`` nor ``steps`` is set) of ``batch_size`` mini-batches, the run's optimizer in round t."""
 
-    phase: str = "train"                  # keys the batch order and augmentation draws of the phase
-    loss: Callable = cross_entropy        # loss(fm, params, buffers, x, y, ctx) -> scalar, for ONE client
+    phase: str = "train"  # keys the batch order and augmentation draws of the phase
+    loss: Callable = cross_entropy  # loss(fm, params, buffers, x, y, ctx) -> scalar, for ONE client
     trainable: tuple[str, ...] | None = None
     epochs: int | None = None
     steps: int | None = None
     batch_size: int | None = None
     opt: OptimSpec | None = None
-    persist_opt_state: bool = False       # keep each client's optimizer state (momentum, Adam moments) across calls
-    augment: bool = True                  # apply the run's training-time augmentation (if any)
-    batches_per_step: int = 1             # > 1: each step's x is a pack of that many consecutive batches
+    persist_opt_state: bool = False  # keep each client's optimizer state (momentum, Adam moments) across calls
+    augment: bool = True  # apply the run's training-time augmentation (if any)
+    batches_per_step: int = 1  # > 1: each step's x is a pack of that many consecutive batches
 
     def __post_init__(self):
         if self.trainable is not None and not isinstance(self.trainable, tuple):

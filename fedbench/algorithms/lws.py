@@ -1,5 +1,6 @@
 """FedAvg+LWS — learnable weight scaling (Kang et al., "Decoupling representation and classifier", ICLR 2020)
 as ECL's personalization baseline (ECL Tables 1–2)."""
+
 from __future__ import annotations
 
 import torch
@@ -11,7 +12,7 @@ from . import register
 from .local import LocalInputs
 from .oneshot import OneShotPersonalization, class_balanced_weights, classifier_names
 
-SCALE = "lws.scale"   # the extra trainable tensor f [C] carried in the parameter stack during phase II
+SCALE = "lws.scale"  # the extra trainable tensor f [C] carried in the parameter stack during phase II
 
 
 @pad_aware

@@ -1,5 +1,6 @@
 """MOON — model-contrastive federated learning (Li, He, Song, CVPR 2021) —
 baseline of FedReMa T1-2, FedKA T1, T3-5, T8; official code ``QinbinLi/MOON``."""
+
 from __future__ import annotations
 
 import torch
@@ -17,8 +18,9 @@ from . import register
 from .fedavg import FedAvg
 
 
-def model_contrastive(z: torch.Tensor, z_glob: torch.Tensor, z_prev: torch.Tensor, tau: float,
-                      y: torch.Tensor | None = None) -> torch.Tensor:
+def model_contrastive(
+    z: torch.Tensor, z_glob: torch.Tensor, z_prev: torch.Tensor, tau: float, y: torch.Tensor | None = None
+) -> torch.Tensor:
     """ℓ_con (MOON Eq. 3), batch mean:
 
         −log( e^{sim(z, z_glob)/τ} / (e^{sim(z, z_glob)/τ} + e^{sim(z, z_prev)/τ}) ),  sim = cosine similarity,
@@ -36,7 +38,7 @@ def representation(fm, p, b, x) -> torch.Tensor:
     MOON's model, the projection head (MOON code ``ModelFedCon.forward``'s ``x``; PFLlib's ``model.base``)."""
     rep = fm.net.head[:-1]
     n = len(rep)
-    own = lambda d: {k[5:]: v for k, v in d.items() if k.startswith("head.") and int(k.split(".")[1]) < n}   # noqa: E731
+    own = lambda d: {k[5:]: v for k, v in d.items() if k.startswith("head.") and int(k.split(".")[1]) < n}  # noqa: E731
     return functional_call(rep, (own(p), own(b)), (fm.features(p, b, x),))
 
 
@@ -68,23 +70,23 @@ class MOON(FedAvg):
     state_attrs = ("w", "bn", "prev_w", "prev_bn")
 
     def setup(self):
-        self.mu = float(self.checked_hp("mu", number(0)))                    # μ, weight of ℓ_con
-        self.tau = float(self.checked_hp("tau", number(0, lo_open=True)))    # τ, temperature
+        self.mu = float(self.checked_hp("mu", number(0)))  # μ, weight of ℓ_con
+        self.tau = float(self.checked_hp("tau", number(0, lo_open=True)))  # τ, temperature
         proj = self.hp.get("projection_dim")
         if proj is not None:
             proj = int(self.checked_hp("projection_dim", int_at_least(1)))
-            if self.cfg.algorithm.name != self.name:   # built by another method (ECL's phase_one)
+            if self.cfg.algorithm.name != self.name:  # built by another method (ECL's phase_one)
                 raise ConfigError("algorithm.projection_dim", proj, "null when MOON is the phase one of another method")
             self.use_projection_head(proj)
         super().setup()
-        self.prev_w, self.prev_bn = broadcast(self.w, self.K), broadcast(self.bn, self.K)   # w_k^{t-1}, all clients
+        self.prev_w, self.prev_bn = broadcast(self.w, self.K), broadcast(self.bn, self.K)  # w_k^{t-1}, all clients
 
     def client_context(self, clients):
         prev = {**tagged(rows(self.prev_w, clients), "w_prev"), **tagged(rows(self.prev_bn, clients), "bn_prev")}
         return prev, {"w_global": self.w, "bn_global": self.bn}
 
     def after_local(self, clients, res):
-        set_rows(self.prev_w, clients, res.params)   # each client's previous local model, for its next round
+        set_rows(self.prev_w, clients, res.params)  # each client's previous local model, for its next round
         set_rows(self.prev_bn, clients, res.buffers)
 
     def use_projection_head(self, dim: int) -> None:

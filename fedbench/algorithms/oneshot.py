@@ -14,6 +14,7 @@ Evaluation: every evaluation before the end of round T scores the phase-I global
 personalized predictors. Report ``pers/acc_present_classes.last`` (the predictors exist after phase II, ECL §3.2),
 not ``.final``.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -37,8 +38,9 @@ def body_index(name: str, num_children: int) -> int:
     return int(name.split(".")[1]) if name.startswith("body.") else num_children
 
 
-def run_children(fm, part: str, p: Stack, b: Stack, h: torch.Tensor, start: int,
-                 stop: int | None = None) -> torch.Tensor:
+def run_children(
+    fm, part: str, p: Stack, b: Stack, h: torch.Tensor, start: int, stop: int | None = None
+) -> torch.Tensor:
     """Run children ``[start, stop)`` of ``part`` (``body`` | ``head``, both Sequentials) on ``h``, as pure
     functions."""
     children = list(getattr(fm.net, part))
@@ -68,6 +70,7 @@ def frozen_modules(fm, trainable) -> list[str]:
 def frozen_in_eval_mode(loss, names: list[str]):
     """``loss`` with the modules ``names`` in eval mode during its forward pass: a frozen BatchNorm normalises with
     its running statistics and leaves them unchanged (the executor puts the whole net in train mode)."""
+
     def wrapped(fm, p, b, x, y, ctx):
         mods = [fm.net.get_submodule(n) for n in names]
         for mod in mods:
@@ -77,6 +80,7 @@ def frozen_in_eval_mode(loss, names: list[str]):
         finally:
             for mod in mods:
                 mod.training = True
+
     wrapped.pad_aware = is_pad_aware(loss)
     return wrapped
 
@@ -111,7 +115,7 @@ def expert_groups(counts: np.ndarray, num_experts: int, mode: str = "ceil") -> l
     if mode == "even":
         return [g.astype(np.int64) for g in np.array_split(order, num_experts)]
     size = -(-len(order) // num_experts)
-    return [order[m * size:(m + 1) * size].astype(np.int64) for m in range(num_experts)]
+    return [order[m * size : (m + 1) * size].astype(np.int64) for m in range(num_experts)]
 
 
 def combine_logits(z: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
@@ -138,10 +142,12 @@ def head_tail_accuracy(counts: np.ndarray, class_acc: np.ndarray) -> dict:
     global_head[rank[: -(-C // 2)]] = True
     halves = [expert_groups(c, 2) for c in counts]
     present = counts > 0
-    return {"head_acc": class_set_accuracy(class_acc, [h[0] for h in halves]),
-            "tail_acc": class_set_accuracy(class_acc, [h[1] for h in halves]),
-            "global_head_acc": class_set_accuracy(class_acc, [np.flatnonzero(p & global_head) for p in present]),
-            "global_tail_acc": class_set_accuracy(class_acc, [np.flatnonzero(p & ~global_head) for p in present])}
+    return {
+        "head_acc": class_set_accuracy(class_acc, [h[0] for h in halves]),
+        "tail_acc": class_set_accuracy(class_acc, [h[1] for h in halves]),
+        "global_head_acc": class_set_accuracy(class_acc, [np.flatnonzero(p & global_head) for p in present]),
+        "global_tail_acc": class_set_accuracy(class_acc, [np.flatnonzero(p & ~global_head) for p in present]),
+    }
 
 
 # ---------------------------------------------------------------------------- the two-phase skeleton
@@ -155,14 +161,15 @@ class OneShotPersonalization(Algorithm):
     test set runs that trunk once for all clients and components (exact: same parameters and statistics).
     """
 
-    trains_phase_two = True      # False: phase II has no local training (τ-norm)
+    trains_phase_two = True  # False: phase II has no local training (τ-norm)
     state_attrs = ("components", "mix")
 
     # ---- setup ----------------------------------------------------------------------------------
     def setup(self):
         allowed = sorted(n for n, c in ALGORITHMS.items() if not issubclass(c, OneShotPersonalization))
-        phase_one = self.checked_hp("phase_one",
-                                    (lambda v: v in allowed, "a registered global method: " + ", ".join(allowed)))
+        phase_one = self.checked_hp(
+            "phase_one", (lambda v: v in allowed, "a registered global method: " + ", ".join(allowed))
+        )
         self.frozen_bn = self.checked_hp("frozen_bn", one_of("global", "local"))
         if self.trains_phase_two:
             self.phase2_epochs = int(self.checked_hp("phase2_epochs", int_at_least(1)))
@@ -170,8 +177,13 @@ class OneShotPersonalization(Algorithm):
             self.phase2_batch_size = int(self.checked_hp("phase2_batch_size", int_at_least(1)))
             self.phase2_augment = bool(self.checked_hp("phase2_augment", boolean()))
             # phase II's local solver; each personalize() sets the phase, trainable layers and loss of its steps
-            self.phase2_spec = LocalSpec("phase2", epochs=self.phase2_epochs, opt=self.opt.replace(lr=self.phase2_lr),
-                                         batch_size=self.phase2_batch_size, augment=self.phase2_augment)
+            self.phase2_spec = LocalSpec(
+                "phase2",
+                epochs=self.phase2_epochs,
+                opt=self.opt.replace(lr=self.phase2_lr),
+                batch_size=self.phase2_batch_size,
+                augment=self.phase2_augment,
+            )
         self.check_phase_two()
         self.phase1 = ALGORITHMS[phase_one](self.ctx)
         self.phase1.setup()
@@ -180,7 +192,7 @@ class OneShotPersonalization(Algorithm):
         self.labels = self.data.y.cpu().numpy()
         self.components: list[tuple[Stack, Stack]] | None = None
         self.mix: torch.Tensor | None = None
-        self.component_class_acc: np.ndarray | None = None   # [K, J, C] at the last evaluation (J > 1 only)
+        self.component_class_acc: np.ndarray | None = None  # [K, J, C] at the last evaluation (J > 1 only)
         self.split = self.shared_trunk(self.personalized_names())
 
     def check_phase_two(self) -> None:
@@ -214,8 +226,9 @@ class OneShotPersonalization(Algorithm):
         """Build ``self.components`` (and ``self.mix``) for all K clients; return diagnostics."""
         raise NotImplementedError
 
-    def phase_two_train(self, t: int, model: tuple[Stack, Stack], spec: LocalSpec, inputs: LocalInputs | None = None,
-                        clients=None) -> tuple[Stack, Stack]:
+    def phase_two_train(
+        self, t: int, model: tuple[Stack, Stack], spec: LocalSpec, inputs: LocalInputs | None = None, clients=None
+    ) -> tuple[Stack, Stack]:
         """One phase-II ``local_train`` of ``clients`` (default: all K) stacked; ``spec``: ``self.phase2_spec`` with
         the step's phase, trainable layers and loss.
 
@@ -246,7 +259,7 @@ class OneShotPersonalization(Algorithm):
     def client_logits(self, clients, idx, t):
         """Logits of each client's predictor on its samples ``idx[i]`` (the evaluator's hook)."""
         sel = clients.long()
-        if not all(i is idx[0] or np.array_equal(i, idx[0]) for i in idx):   # per-client test sets
+        if not all(i is idx[0] or np.array_equal(i, idx[0]) for i in idx):  # per-client test sets
             if self.components is None:
                 return self.ctx.predict(*self.client_models(clients, t), idx)
             zs = [self.ctx.predict(rows(P, sel), rows(B, sel), idx) for P, B in self.components]
@@ -258,7 +271,7 @@ class OneShotPersonalization(Algorithm):
         fm, x, ids = self.fm, self.data.x, self.data.tensor(ids_np)
         if self.components is None:
             w, bn = self.global_model()
-        else:   # the trunk every component shares (by construction): take it from any of them
+        else:  # the trunk every component shares (by construction): take it from any of them
             w, bn = ({k: v[0] for k, v in stack.items()} for stack in self.components[0])
         chunk = int(self.executor.eval_batch)
         s = self.split if self.components is not None else len(fm.net.body)
@@ -267,16 +280,19 @@ class OneShotPersonalization(Algorithm):
         try:
             with self.executor.autocast(x.device):
                 for a in range(0, len(ids), chunk):
-                    h = run_children(fm, "body", w, bn, x.index_select(0, ids[a:a + chunk]), 0, s)
-                    if self.components is None:          # phase-I global model: the same logits for everyone
+                    h = run_children(fm, "body", w, bn, x.index_select(0, ids[a : a + chunk]), 0, s)
+                    if self.components is None:  # phase-I global model: the same logits for everyone
                         z = upper_logits(fm, w, bn, h, s)
                         for i in range(len(sel)):
                             parts[i].append(z)
                         continue
                     for i, k in enumerate(sel.tolist()):
-                        zk = torch.stack([upper_logits(fm, {n: v[k] for n, v in P.items()},
-                                                       {n: v[k] for n, v in B.items()}, h, s)
-                                          for P, B in self.components])
+                        zk = torch.stack(
+                            [
+                                upper_logits(fm, {n: v[k] for n, v in P.items()}, {n: v[k] for n, v in B.items()}, h, s)
+                                for P, B in self.components
+                            ]
+                        )
                         parts[i].append(zk)
         finally:
             fm.set_mode(True)
@@ -295,12 +311,12 @@ class OneShotPersonalization(Algorithm):
         y = self.data.y[self.data.tensor(ids_np)]
         for j in range(len(zs)):
             c, n = confusion_counts(z[j], y, self.data.num_classes)
-            used = bool(self.mix[k, j].any())      # a component with weight 0 everywhere (an empty expert): NaN
+            used = bool(self.mix[k, j].any())  # a component with weight 0 everywhere (an empty expert): NaN
             self.component_class_acc[k, j] = np.divide(c, n, out=np.full(len(c), np.nan), where=(n > 0) & used)
         return combine_logits(z, self.mix[k].to(z.dtype))
 
     # ---- per-class diagnostics and summary -------------------------------------------------------------
-    component_names: tuple[str, ...] = ()   # a mixture's components (ECL: calibrated, expert1..M)
+    component_names: tuple[str, ...] = ()  # a mixture's components (ECL: calibrated, expert1..M)
     last_class_metrics: dict | None = None
 
     def class_acc_metrics(self, class_acc: np.ndarray) -> dict:
@@ -315,12 +331,19 @@ class OneShotPersonalization(Algorithm):
             M = len(groups[0])
             for j, name in enumerate(self.component_names):
                 acc = self.component_class_acc[:, j]
-                out.update({f"lt/{name}/{k}": v for k, v in head_tail_accuracy(counts, acc).items()
-                            if not k.startswith("global")})
-                out.update({f"lt/{name}/group{m + 1}_acc": class_set_accuracy(acc, [g[m] for g in groups])
-                            for m in range(M)})
-            out.update({f"lt/group{m + 1}_acc": class_set_accuracy(class_acc, [g[m] for g in groups])
-                        for m in range(M)})
+                out.update(
+                    {
+                        f"lt/{name}/{k}": v
+                        for k, v in head_tail_accuracy(counts, acc).items()
+                        if not k.startswith("global")
+                    }
+                )
+                out.update(
+                    {f"lt/{name}/group{m + 1}_acc": class_set_accuracy(acc, [g[m] for g in groups]) for m in range(M)}
+                )
+            out.update(
+                {f"lt/group{m + 1}_acc": class_set_accuracy(class_acc, [g[m] for g in groups]) for m in range(M)}
+            )
         self.last_class_metrics = out
         return out
 
@@ -338,8 +361,9 @@ class OneShotPersonalization(Algorithm):
             d.mkdir(parents=True, exist_ok=True)
             np.save(d / "component_class_acc.npy", acc)
             present = [np.flatnonzero(c > 0) for c in self.data.counts]
-            out["lt/component_acc_present_classes"] = [class_set_accuracy(acc[:, j], present)
-                                                       for j in range(acc.shape[1])]
+            out["lt/component_acc_present_classes"] = [
+                class_set_accuracy(acc[:, j], present) for j in range(acc.shape[1])
+            ]
         return out
 
     # ---- state ----------------------------------------------------------------------------------
@@ -352,6 +376,17 @@ class OneShotPersonalization(Algorithm):
         super().load_state_dict(state)
 
 
-__all__ = ["OneShotPersonalization", "body_index", "run_children", "upper_logits", "frozen_modules",
-           "frozen_in_eval_mode", "classifier_names", "class_balanced_weights", "expert_groups", "combine_logits",
-           "class_set_accuracy", "head_tail_accuracy"]
+__all__ = [
+    "OneShotPersonalization",
+    "body_index",
+    "run_children",
+    "upper_logits",
+    "frozen_modules",
+    "frozen_in_eval_mode",
+    "classifier_names",
+    "class_balanced_weights",
+    "expert_groups",
+    "combine_logits",
+    "class_set_accuracy",
+    "head_tail_accuracy",
+]

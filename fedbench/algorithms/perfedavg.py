@@ -1,5 +1,6 @@
 """Per-FedAvg (Fallah, Mokhtari, Ozdaglar, NeurIPS 2020): FedAvg of a MAML initialisation
 (baseline of FedReMa Table 1, CAFeMe Tables 1-2; CAFeMe code PerFedAvg_Client)."""
+
 from __future__ import annotations
 
 import torch.nn.functional as F
@@ -37,17 +38,22 @@ class PerFedAvg(Algorithm):
         self.alpha = float(self.checked_hp("alpha", number(0, None, lo_open=True)))
         beta = float(self.checked_hp("beta", number(0, None, lo_open=True)))
         self.delta = float(self.checked_hp("delta", number(0, None, lo_open=True)))
-        steps = self.hp.get("local_steps")   # null: local_epochs passes over the data (PFLlib, FL-bench)
+        steps = self.hp.get("local_steps")  # null: local_epochs passes over the data (PFLlib, FL-bench)
         self.local_steps = None if steps is None else int(self.checked_hp("local_steps", int_at_least(1)))
         self.variant = self.checked_hp("variant", one_of("hf", "fo"))
         self.outer_opt = OptimSpec(name="sgd", lr=beta)
         self.w, self.bn = self.initial_model()
         # one outer step per pack of 2 (FO: inner + outer batch) or 3 (HF: + the Hessian batch) batches (Alg. 1)
-        self.meta_spec = LocalSpec(loss=self.meta_loss, steps=self.local_steps, opt=self.outer_opt,
-                                   epochs=int(self.cfg.local_epochs) if self.local_steps is None else None,
-                                   batches_per_step=3 if self.variant == "hf" else 2)
-        self.personal_spec = LocalSpec("personalize", steps=int(self.hp.get("eval_steps", 0)) or None,
-                                       opt=OptimSpec(name="sgd", lr=self.alpha))   # eval_steps steps of size α
+        self.meta_spec = LocalSpec(
+            loss=self.meta_loss,
+            steps=self.local_steps,
+            opt=self.outer_opt,
+            epochs=int(self.cfg.local_epochs) if self.local_steps is None else None,
+            batches_per_step=3 if self.variant == "hf" else 2,
+        )
+        self.personal_spec = LocalSpec(
+            "personalize", steps=int(self.hp.get("eval_steps", 0)) or None, opt=OptimSpec(name="sgd", lr=self.alpha)
+        )  # eval_steps steps of size α
 
     def round(self, t, clients):
         m = len(clients)

@@ -22,6 +22,7 @@ Optional HeurpFedLA (§3.4): the ``retain_layers`` layers with the largest self-
 Round-synchronous: all clients of a round mix the models stored at the start of the round. BatchNorm
 statistics are not aggregated (each client keeps its own, as the re-implementation's non-trainable tensors).
 """
+
 from __future__ import annotations
 
 import math
@@ -60,8 +61,8 @@ def layer_weights(hn: Stack, self_id: torch.Tensor, retain: int = 0) -> torch.Te
     z = hn["embedding"]
     for i in range(3):
         z = torch.relu(hn[f"mlp{i}.weight"] @ z + hn[f"mlp{i}.bias"])
-    a = torch.relu(hn["out.weight"] @ z + hn["out.bias"])                      # [L, N]
-    own = (torch.arange(a.shape[1], device=a.device) == self_id).to(a.dtype).expand_as(a)   # one-hot (vmap-safe)
+    a = torch.relu(hn["out.weight"] @ z + hn["out.bias"])  # [L, N]
+    own = (torch.arange(a.shape[1], device=a.device) == self_id).to(a.dtype).expand_as(a)  # one-hot (vmap-safe)
     if retain > 0:
         keep = torch.zeros(a.shape[0], dtype=torch.bool, device=a.device)
         keep = keep.scatter(0, torch.topk(a.detach() @ own[0], retain).indices, True)
@@ -87,17 +88,27 @@ class PFedLA(Algorithm):
     state_attrs = ("P", "B", "hn")
 
     def setup(self):
-        for key, check in (("embedding_dim", int_at_least(1)), ("hidden_dim", int_at_least(1)),
-                           ("hn_lr", number(0, lo_open=True)), ("retain_layers", int_at_least(0))):
+        for key, check in (
+            ("embedding_dim", int_at_least(1)),
+            ("hidden_dim", int_at_least(1)),
+            ("hn_lr", number(0, lo_open=True)),
+            ("retain_layers", int_at_least(0)),
+        ):
             self.checked_hp(key, check)
         # sign of Δθ_i in the hypernetwork step: the pFedLA codes' (−) or pFedHN's (+, descent on the local loss)
-        self.hn_sign = {"pfedla_code": -1.0, "pfedhn": 1.0}[self.checked_hp("hn_update", one_of("pfedla_code", "pfedhn"))]
+        self.hn_sign = {"pfedla_code": -1.0, "pfedhn": 1.0}[
+            self.checked_hp("hn_update", one_of("pfedla_code", "pfedhn"))
+        ]
         w, bn = self.initial_model()
         self.P, self.B = broadcast(w, self.K), broadcast(bn, self.K)
         self.layers = param_layers(self.fm.param_names)
         hp, x = self.hp, self.data.x
-        hns = [init_hypernetwork(self.K, len(self.layers), int(hp.embedding_dim), int(hp.hidden_dim), self.seed, k,
-                                 x.dtype, x.device) for k in range(self.K)]
+        hns = [
+            init_hypernetwork(
+                self.K, len(self.layers), int(hp.embedding_dim), int(hp.hidden_dim), self.seed, k, x.dtype, x.device
+            )
+            for k in range(self.K)
+        ]
         self.hn = {n: torch.stack([h[n] for h in hns]) for n in hns[0]}
 
     def alphas(self, clients) -> torch.Tensor:
@@ -108,13 +119,15 @@ class PFedLA(Algorithm):
     def round(self, t, clients):
         with torch.no_grad():
             alpha = self.alphas(clients)
-            start = layerwise_mix(self.P, alpha, self.layers)                    # θ̄_i (Eq. 3)
+            start = layerwise_mix(self.P, alpha, self.layers)  # θ̄_i (Eq. 3)
         res = self.local_train(t, clients, (start, rows(self.B, clients)), self.train_spec)
-        self.update_hypernetworks(clients, {n: res.params[n] - start[n] for n in start})   # Δθ_i = θ_i' − θ̄_i
-        set_rows(self.P, clients, res.params)                                   # θ_i ← θ̄_i + Δθ_i
+        self.update_hypernetworks(clients, {n: res.params[n] - start[n] for n in start})  # Δθ_i = θ_i' − θ̄_i
+        set_rows(self.P, clients, res.params)  # θ_i ← θ̄_i + Δθ_i
         set_rows(self.B, clients, res.buffers)
-        return {"train/loss": res.loss.mean().item(),
-                "pfedla/self_weight": float(alpha[torch.arange(len(clients)), :, clients.long()].mean())}
+        return {
+            "train/loss": res.loss.mean().item(),
+            "pfedla/self_weight": float(alpha[torch.arange(len(clients)), :, clients.long()].mean()),
+        }
 
     def update_hypernetworks(self, clients, delta: Stack) -> None:
         """φ_i ← φ_i − η_hn ∇_φ ⟨θ̄_i(φ_i), g_i⟩ (§3.3) with g_i = Δθ_i = θ_i' − θ̄_i (``pfedla_code``) or −Δθ_i
@@ -128,7 +141,7 @@ class PFedLA(Algorithm):
             for n in names:
                 G[:, l] += g[n].flatten(1) @ self.P[n].flatten(1).T
         retain = int(self.hp.retain_layers)
-        surrogate = lambda h, i, c: (layer_weights(h, i, retain) * c).sum()   # noqa: E731
+        surrogate = lambda h, i, c: (layer_weights(h, i, retain) * c).sum()  # noqa: E731
         grads = vmap(grad(surrogate))(rows(self.hn, clients), clients.long().to(G.device), G)
         set_rows(self.hn, clients, {n: rows(self.hn, clients)[n] - float(self.hp.hn_lr) * grads[n] for n in self.hn})
 

@@ -1,4 +1,5 @@
 """SCAFFOLD — stochastic controlled averaging (Karimireddy et al., ICML 2020) — phase I of ECL Table 4."""
+
 from __future__ import annotations
 
 import torch
@@ -18,7 +19,7 @@ def effective_steps(steps: torch.Tensor, momentum: float) -> torch.Tensor:
     if momentum == 0:
         return steps
     r = momentum
-    return (steps - r * (1 - r ** steps) / (1 - r)) / (1 - r)
+    return (steps - r * (1 - r**steps) / (1 - r)) / (1 - r)
 
 
 @register
@@ -46,21 +47,22 @@ class SCAFFOLD(FedAvg):
     state_attrs = ("w", "bn", "c", "c_local")
 
     def setup(self):
-        self.server_lr = float(self.checked_hp("server_lr", number(0, lo_open=True)))     # η_g
+        self.server_lr = float(self.checked_hp("server_lr", number(0, lo_open=True)))  # η_g
         self.momentum_steps = bool(self.checked_hp("momentum_corrected_steps", boolean()))
         self.weighted = bool(self.checked_hp("weighted_average", boolean()))
         super().setup()
-        self.train_spec = self.train_spec.replace(loss=self.loss)   # the run's optimizer in round t (opt_at)
-        self.c = {k: torch.zeros_like(v) for k, v in self.w.items()}                   # server control variate c
-        self.c_local = broadcast(self.c, self.K)                                       # c_k, all clients
+        self.train_spec = self.train_spec.replace(loss=self.loss)  # the run's optimizer in round t (opt_at)
+        self.c = {k: torch.zeros_like(v) for k, v in self.w.items()}  # server control variate c
+        self.c_local = broadcast(self.c, self.K)  # c_k, all clients
 
     def round(self, t, clients):
         m = len(clients)
         c_k = rows(self.c_local, clients)
-        ctx = tagged({k: self.c[k].unsqueeze(0) - c_k[k] for k in self.c}, "correction")   # c − c_k per client
-        opt = self.opt_at(t)     # the round's (possibly step-decayed) local lr η: the steps and c_k⁺ use the same η
-        res = self.local_train(t, clients, (broadcast(self.w, m), broadcast(self.bn, m)), self.train_spec,
-                               LocalInputs(ctx=ctx))
+        ctx = tagged({k: self.c[k].unsqueeze(0) - c_k[k] for k in self.c}, "correction")  # c − c_k per client
+        opt = self.opt_at(t)  # the round's (possibly step-decayed) local lr η: the steps and c_k⁺ use the same η
+        res = self.local_train(
+            t, clients, (broadcast(self.w, m), broadcast(self.bn, m)), self.train_spec, LocalInputs(ctx=ctx)
+        )
         self.server_update(clients, res.params, res.buffers, res.steps, lr=float(opt.lr))
         return {"train/loss": res.loss.mean().item()}
 
@@ -70,7 +72,9 @@ class SCAFFOLD(FedAvg):
         corr = untagged(ctx, "correction")
         return F.cross_entropy(fm(p, b, x), y) + sum((p[k] * corr[k]).sum() for k in corr)
 
-    def server_update(self, clients: torch.Tensor, params: Stack, buffers: Stack, steps: torch.Tensor, *, lr: float) -> None:
+    def server_update(
+        self, clients: torch.Tensor, params: Stack, buffers: Stack, steps: torch.Tensor, *, lr: float
+    ) -> None:
         """c_k⁺ for the participants, then the server's x and c updates (stacks over the round's clients);
         ``lr`` = the local η the clients' steps used (under ``optim.lr_decay_round`` the decayed one)."""
         m = len(clients)

@@ -1,5 +1,6 @@
 """FedAvg+τ-norm — τ-normalized classifier (Kang et al., ICLR 2020) as ECL's personalization baseline
 (ECL Tables 1–2). No training in phase II."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -28,7 +29,10 @@ def balanced_accuracy(logits: torch.Tensor, y: torch.Tensor, num_classes: int) -
 def select_tau(h: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, grid) -> float:
     """The τ of ``grid`` whose τ-normalized classifier has the best balanced accuracy on (h, y) (first on ties)."""
     C = weight.shape[0]
-    scores = [balanced_accuracy(h @ tau_normalize(weight, float(tau)).t() + (0 if bias is None else bias), y, C) for tau in grid]
+    scores = [
+        balanced_accuracy(h @ tau_normalize(weight, float(tau)).t() + (0 if bias is None else bias), y, C)
+        for tau in grid
+    ]
     return float(grid[int(np.argmax(scores))])
 
 
@@ -55,13 +59,13 @@ class FedAvgTauNorm(OneShotPersonalization):
         """Each client's training samples mapped to the classifier's input by the global model (eval mode):
         the body, then the head's layers below the final Linear."""
         fm, x, chunk = self.fm, self.data.x, int(self.executor.eval_batch)
-        below = int(classifier_names(fm)[0].split(".")[1])      # "head.<j>.weight": head children [0, j)
+        below = int(classifier_names(fm)[0].split(".")[1])  # "head.<j>.weight": head children [0, j)
         fm.set_mode(False)
         try:
             out = []
             for tr in self.data.train_idx:
                 ids = self.data.tensor(tr)
-                feats = [fm.features(w, bn, x.index_select(0, ids[a:a + chunk])) for a in range(0, len(ids), chunk)]
+                feats = [fm.features(w, bn, x.index_select(0, ids[a : a + chunk])) for a in range(0, len(ids), chunk)]
                 out.append(torch.cat([run_children(fm, "head", w, bn, h, 0, below) for h in feats]))
             return out
         finally:
@@ -73,8 +77,10 @@ class FedAvgTauNorm(OneShotPersonalization):
         W, b = w[weight], (w[bias] if bias else None)
         if self.tau is None:
             feats = self.classifier_inputs(w, bn)
-            taus = [select_tau(h, self.data.y[self.data.tensor(tr)], W, b if self.bias == "keep" else None, self.tau_grid)
-                    for h, tr in zip(feats, self.data.train_idx)]
+            taus = [
+                select_tau(h, self.data.y[self.data.tensor(tr)], W, b if self.bias == "keep" else None, self.tau_grid)
+                for h, tr in zip(feats, self.data.train_idx)
+            ]
         else:
             taus = [float(self.tau)] * K
         tau = torch.tensor(taus, dtype=W.dtype, device=W.device)

@@ -10,6 +10,7 @@ judged seed-paired (docs/claims.md).
 ``<out>/<paper>.md`` (+ ``.csv``, pictures in ``<out>/<paper>/``), each claim's paper numbers, fedbench's mean ± std
 over seeds and its verdict; ``check`` composes every experiment and checks every claim without running anything.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,8 +40,16 @@ def _papers(name: str | None) -> list[str]:
     return [name]
 
 
-def report(paper: str | PaperClaims, scales: list[str], runs_root: Path = RUNS, out: Path | None = None,
-           plots: bool = True, wandb: str | None = None, console=None, commands: dict | None = None) -> list[ClaimResult]:
+def report(
+    paper: str | PaperClaims,
+    scales: list[str],
+    runs_root: Path = RUNS,
+    out: Path | None = None,
+    plots: bool = True,
+    wandb: str | None = None,
+    console=None,
+    commands: dict | None = None,
+) -> list[ClaimResult]:
     """One paper's page from its runs: printed, written to ``out`` (Markdown, CSV, pictures), logged to W&B."""
     from .render import log_wandb, picture_name, plot, print_rich, to_csv, to_markdown
 
@@ -63,7 +72,7 @@ def report(paper: str | PaperClaims, scales: list[str], runs_root: Path = RUNS, 
     (out / f"{paper}.csv").write_text(to_csv(paper, results))
     from ..loggers import wandb_mode
 
-    mode = "disabled" if wandb in (None, "disabled") else wandb_mode(wandb)   # auto: online with an API key
+    mode = "disabled" if wandb in (None, "disabled") else wandb_mode(wandb)  # auto: online with an API key
     if mode != "disabled":
         try:
             log_wandb(pc, results, list(pictures.values()), out / paper, mode)
@@ -79,29 +88,45 @@ def _scales_with_runs(paper: str, runs_root: Path) -> list[str]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="fedbench-claims", description="Does the paper's claim hold? Run and judge each "
-                                 "seed paper's claims (conf/claims/<paper>.yaml, docs/claims.md).")
+    ap = argparse.ArgumentParser(
+        prog="fedbench-claims",
+        description="Does the paper's claim hold? Run and judge each "
+        "seed paper's claims (conf/claims/<paper>.yaml, docs/claims.md).",
+    )
     sub = ap.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="run what the claims need at a scale (finished runs are reused)")
     r.add_argument("paper", help=f"all or one of: {', '.join(papers())}")
     r.add_argument("--scale", default="cpu", choices=SCALES)
     r.add_argument("--runs", type=Path, default=RUNS, help=f"where runs go (default {RUNS})")
     r.add_argument("--dry-run", action="store_true", help="print the multiruns, run nothing")
-    r.add_argument("overrides", nargs="*", help="results-neutral overrides for every run: data_root=..., "
-                   "hardware.threads=1, hydra/launcher=parallel, logger=offline, ...")
+    r.add_argument(
+        "overrides",
+        nargs="*",
+        help="results-neutral overrides for every run: data_root=..., "
+        "hardware.threads=1, hydra/launcher=parallel, logger=offline, ...",
+    )
     p = sub.add_parser("report", help="the verdicts: printed, docs/results/<paper>.md + .csv + pictures")
     p.add_argument("paper", nargs="?", default="all")
     p.add_argument("--scale", help="comma list of scales (default: every scale but smoke that has runs)")
     p.add_argument("--runs", type=Path, default=RUNS, help=f"where the runs are (default {RUNS})")
-    p.add_argument("--out", type=Path, help="where the pages go (default: the repository's docs/results; with the "
-                   "smoke scale <runs>/smoke/results, so that a smoke check never overwrites a committed page)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        help="where the pages go (default: the repository's docs/results; with the "
+        "smoke scale <runs>/smoke/results, so that a smoke check never overwrites a committed page)",
+    )
     p.add_argument("--no-plots", action="store_true")
-    p.add_argument("--wandb", nargs="?", const="auto", choices=["auto", "online", "offline", "disabled"],
-                   help="also log each page's table to W&B in this mode")
+    p.add_argument(
+        "--wandb",
+        nargs="?",
+        const="auto",
+        choices=["auto", "online", "offline", "disabled"],
+        help="also log each page's table to W&B in this mode",
+    )
     p.add_argument("--no-wandb", action="store_const", const="disabled", dest="wandb")
     c = sub.add_parser("check", help="compose every experiment and check every claim; runs nothing")
     c.add_argument("paper", nargs="?", default="all")
-    args, rest = ap.parse_known_args(argv)   # overrides may come after the options too
+    args, rest = ap.parse_known_args(argv)  # overrides may come after the options too
     if rest and (args.command != "run" or any(a.startswith("-") or "=" not in a for a in rest)):
         ap.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "run":
@@ -109,15 +134,23 @@ def main(argv=None) -> int:
     invoked = "fedbench-claims " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     try:
         if args.command == "run":
-            return max([0] + [run(load(name), args.scale, args.runs, args.overrides, args.dry_run, invoked)
-                              for name in _papers(args.paper)])
+            return max(
+                [0]
+                + [
+                    run(load(name), args.scale, args.runs, args.overrides, args.dry_run, invoked)
+                    for name in _papers(args.paper)
+                ]
+            )
         if args.command == "check":
             problems = [msg for name in _papers(args.paper) for msg in check(load(name))]
             for msg in problems:
                 print(f"fedbench-claims: {msg}", file=sys.stderr)
             if not problems:
-                print(f"fedbench-claims: {', '.join(_papers(args.paper))}: every experiment composes, every claim "
-                      "checks out", file=sys.stderr)
+                print(
+                    f"fedbench-claims: {', '.join(_papers(args.paper))}: every experiment composes, every claim "
+                    "checks out",
+                    file=sys.stderr,
+                )
             return 1 if problems else 0
         done = 0
         for name in _papers(args.paper):
@@ -126,11 +159,18 @@ def main(argv=None) -> int:
                 if s not in SCALES:
                     raise ClaimsError(f"--scale {s!r} — one of {', '.join(SCALES)}")
             if not scales:
-                print(f"fedbench-claims: {name}: no runs under {args.runs} (run `fedbench-claims run {name}` first)",
-                      file=sys.stderr)
+                print(
+                    f"fedbench-claims: {name}: no runs under {args.runs} (run `fedbench-claims run {name}` first)",
+                    file=sys.stderr,
+                )
                 continue
-            commands = {s: {"run": f"fedbench-claims run {name} --scale {s}",
-                            "report": f"fedbench-claims report {name} --scale {s}"} for s in scales}
+            commands = {
+                s: {
+                    "run": f"fedbench-claims run {name} --scale {s}",
+                    "report": f"fedbench-claims report {name} --scale {s}",
+                }
+                for s in scales
+            }
             out = args.out or (args.runs / "smoke" / "results" if "smoke" in scales else default_out())
             report(name, scales, args.runs, out, not args.no_plots, args.wandb, commands=commands)
             done += 1
@@ -141,5 +181,25 @@ def main(argv=None) -> int:
         return 2
 
 
-__all__ = ["ClaimResult", "ClaimsError", "Outcome", "PaperClaims", "Predicate", "PredicateError", "RUNS", "SCALES",
-           "Test", "VERDICTS", "check", "decide", "evaluate", "evaluate_claim", "load", "main", "papers", "parse", "report", "run"]
+__all__ = [
+    "ClaimResult",
+    "ClaimsError",
+    "Outcome",
+    "PaperClaims",
+    "Predicate",
+    "PredicateError",
+    "RUNS",
+    "SCALES",
+    "Test",
+    "VERDICTS",
+    "check",
+    "decide",
+    "evaluate",
+    "evaluate_claim",
+    "load",
+    "main",
+    "papers",
+    "parse",
+    "report",
+    "run",
+]

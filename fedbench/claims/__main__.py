@@ -1,4 +1,5 @@
 """``python -m fedbench.claims`` = ``fedbench-claims``."""
+
 import sys
 
 from . import main

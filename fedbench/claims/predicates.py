@@ -21,6 +21,7 @@ quantity needs exists for it; pairs are matched by seed, never by position) and 
 A claim holds if all its tests hold, fails if any fails, and is inconclusive otherwise. A claim where a name it reads
 (or one of its swept values) has no values yet is **not run**: it is never judged on the tests that remain.
 """
+
 from __future__ import annotations
 
 import math
@@ -47,9 +48,9 @@ class PredicateError(ValueError):
 @dataclass(frozen=True)
 class Predicate:
     text: str
-    kind: str                 # order | diff | absdiff | trend | flat | close
-    terms: tuple = ()         # order: ((names...), (names...), ...); diff/absdiff: (a, b); trend/flat: (a,) or (a, b)
-    op: str = ">"             # the claimed side: ">" or "<" (trend: ">" increasing, "<" decreasing)
+    kind: str  # order | diff | absdiff | trend | flat | close
+    terms: tuple = ()  # order: ((names...), (names...), ...); diff/absdiff: (a, b); trend/flat: (a,) or (a, b)
+    op: str = ">"  # the claimed side: ">" or "<" (trend: ">" increasing, "<" decreasing)
     bound: float = 0.0
 
     @property
@@ -88,20 +89,24 @@ def parse(text: str) -> Predicate:
             if all(_is_number(n) for term in terms for n in term):
                 raise PredicateError(f"predicate {text!r}: compares only numbers")
             return Predicate(s, "order", terms, op, 0.0)
-    raise PredicateError(f"predicate {text!r} is none of: 'a > b [> c]', 'a > b, c', 'a - b > x', '|a - b| < x', "
-                         "'a [- b] increasing|decreasing', 'a [- b] flat within x', 'close within x'")
+    raise PredicateError(
+        f"predicate {text!r} is none of: 'a > b [> c]', 'a > b, c', 'a - b > x', '|a - b| < x', "
+        "'a [- b] increasing|decreasing', 'a [- b] flat within x', 'close within x'"
+    )
 
 
 # ---- the decision rule -----------------------------------------------------------------------------------------
 
+
 @dataclass
 class Test:
     """One tested quantity: its value per seed and the side of ``bound`` the claim puts it on."""
+
     label: str
-    per_seed: dict            # {seed: q_s}
-    op: str                   # ">" or "<"
+    per_seed: dict  # {seed: q_s}
+    op: str  # ">" or "<"
     bound: float
-    at: str | None = None     # the swept value it was measured at (comparisons with ``over``)
+    at: str | None = None  # the swept value it was measured at (comparisons with ``over``)
     verdict: str = ""
     reason: str = ""
 
@@ -115,7 +120,7 @@ class Test:
 
     @property
     def std(self):
-        return float(np.std(self.values)) if self.per_seed else None   # population std, as the report's cells
+        return float(np.std(self.values)) if self.per_seed else None  # population std, as the report's cells
 
 
 def decide(per_seed: dict, op: str, bound: float, tolerance: float, min_seeds: int) -> tuple[str, str]:
@@ -148,6 +153,7 @@ def combine(verdicts: list[str]) -> str:
 
 # ---- evaluation ------------------------------------------------------------------------------------------------
 
+
 @dataclass
 class Outcome:
     verdict: str
@@ -162,13 +168,20 @@ def _x(col) -> float:
         raise PredicateError(f"a trend needs numeric values of the swept key, got {col!r}") from None
 
 
-def evaluate(pred: Predicate, data: dict, cols: list, tolerance: float, min_seeds: int,
-             paper: dict | None = None, paper_scale: bool = True) -> Outcome:
+def evaluate(
+    pred: Predicate,
+    data: dict,
+    cols: list,
+    tolerance: float,
+    min_seeds: int,
+    paper: dict | None = None,
+    paper_scale: bool = True,
+) -> Outcome:
     """``data = {row: {col: {seed: value}}}`` (col ``None`` when nothing is swept); ``paper = {row: {col: value}}``.
     Seeds are matched by their value: a seed missing on one side drops out of that test."""
     if pred.kind == "close" and not paper_scale:
         return Outcome(NOT_COMPARABLE, "closeness to the paper's numbers is checked at paper scale only")
-    if pred.kind != "close":   # a name (or a swept value) without values: the claim is not judged on the others
+    if pred.kind != "close":  # a name (or a swept value) without values: the claim is not judged on the others
         empty = [n if col is None else f"{n} at {col}" for n in pred.names for col in cols if not _series(data, n, col)]
         if empty:
             return Outcome(NOT_RUN, "no values yet for " + ", ".join(empty))
@@ -239,7 +252,7 @@ def _tests(pred: Predicate, data: dict, cols: list, paper: dict) -> list[Test]:
             ys = np.array([v for _, v in pts], dtype=float)
             if pred.kind == "flat":
                 per[s] = float(ys.max() - ys.min())
-            else:   # least-squares slope times the swept range: the fitted change from the first to the last value
+            else:  # least-squares slope times the swept range: the fitted change from the first to the last value
                 xs = np.array([_x(c) for c, _ in pts], dtype=float)
                 dx = xs - xs.mean()
                 per[s] = float((dx * (ys - ys.mean())).sum() / (dx * dx).sum() * (xs.max() - xs.min()))
@@ -289,5 +302,20 @@ def paper_data(paper: dict, cols: list) -> dict:
     return out
 
 
-__all__ = ["HOLDS", "FAILS", "INCONCLUSIVE", "NOT_RUN", "NOT_COMPARABLE", "VERDICTS", "Predicate", "PredicateError",
-           "Test", "Outcome", "parse", "decide", "combine", "evaluate", "paper_data"]
+__all__ = [
+    "HOLDS",
+    "FAILS",
+    "INCONCLUSIVE",
+    "NOT_RUN",
+    "NOT_COMPARABLE",
+    "VERDICTS",
+    "Predicate",
+    "PredicateError",
+    "Test",
+    "Outcome",
+    "parse",
+    "decide",
+    "combine",
+    "evaluate",
+    "paper_data",
+]

@@ -1,5 +1,6 @@
 """A paper's claims page: the verdict table (printed with rich, Markdown, CSV), one picture per claim and scale, how
 the runs were made (commands, commit, dates, machine, wall time), and a W&B run holding the table."""
+
 from __future__ import annotations
 
 import csv
@@ -19,6 +20,7 @@ STYLE = {HOLDS: "green", FAILS: "red", INCONCLUSIVE: "yellow", NOT_RUN: "dim", N
 
 
 # ---- text of one result ----------------------------------------------------------------------------------------
+
 
 def _num(x, digits: int) -> str:
     return fmt(x, digits) if x is not None else ""
@@ -42,8 +44,10 @@ def _rows_text(res: ClaimResult, rows: list, cols: list, value) -> str:
         if cols == [None]:
             parts.append(f"{res.label(row)} {pts[0][1]}")
         else:
-            parts.append(f"{res.label(row)} at {_key(res)} = {', '.join(str(c) for c, _ in pts)}: "
-                         + ", ".join(v for _, v in pts))
+            parts.append(
+                f"{res.label(row)} at {_key(res)} = {', '.join(str(c) for c, _ in pts)}: "
+                + ", ".join(v for _, v in pts)
+            )
     return ("; " if cols != [None] else ", ").join(parts)
 
 
@@ -58,6 +62,7 @@ def paper_text(res: ClaimResult) -> str:
         v = c.paper.get(row)
         v = v.get(col) if isinstance(v, dict) else v
         return None if v is None else f"{v:g}"
+
     return _rows_text(res, list(c.paper), cols, value)
 
 
@@ -71,6 +76,7 @@ def ours_text(res: ClaimResult) -> str:
         if not vals:
             return None
         return _num(np.mean(vals), res.digits) + (f" ± {_num(np.std(vals), res.digits)}" if len(vals) > 1 else "")
+
     text = _rows_text(res, res.rows, res.cols, value) or "—"
     ns = sorted({len(res.cell(r, c)) for r in res.rows for c in res.cols if res.cell(r, c)})
     if ns:
@@ -93,6 +99,7 @@ def picture_name(res: ClaimResult) -> str:
 
 
 # ---- pictures --------------------------------------------------------------------------------------------------
+
 
 def plot(res: ClaimResult, path: Path) -> Path | None:
     """Bars (mean ± std over seeds, each seed a dot) with the paper's numbers as black diamonds; for a trend or a
@@ -119,12 +126,18 @@ def _trend(ax, res: ClaimResult) -> None:
     terms = c.predicate.terms
     label = " − ".join(res.label(t) for t in terms)
     pts = [(float(col), v) for col in res.cols if (v := _expr(res, terms, col))]
-    ax.errorbar([x for x, _ in pts], [np.mean(v) for _, v in pts], [np.std(v) for _, v in pts], marker="o",
-                capsize=3, label=f"fedbench: {label} (mean ± std)")
+    ax.errorbar(
+        [x for x, _ in pts],
+        [np.mean(v) for _, v in pts],
+        [np.std(v) for _, v in pts],
+        marker="o",
+        capsize=3,
+        label=f"fedbench: {label} (mean ± std)",
+    )
     for x, v in pts:
         ax.plot([x] * len(v), v, ".", color="0.3", markersize=4)
     paper = [(float(col), p) for col in _paper_cols(res) if (p := _paper_expr(res, terms, col)) is not None]
-    if paper:   # the paper's values as points only: nothing is drawn between them
+    if paper:  # the paper's values as points only: nothing is drawn between them
         ax.plot([x for x, _ in paper], [p for _, p in paper], "kD", linestyle="none", label=f"paper: {label}")
     xs = [x for x, _ in pts + paper]
     if min(xs) > 0 and max(xs) / min(xs) >= 50:
@@ -133,20 +146,33 @@ def _trend(ax, res: ClaimResult) -> None:
 
 
 def _bars(ax, res: ClaimResult) -> None:
-    c, rows, cols = res.claim, res.rows, res.cols
+    rows, cols = res.rows, res.cols
     grouped = cols != [None]
     width = 0.8 / max(1, len(rows)) if grouped else 0.7
     for i, row in enumerate(rows):
         pos = np.arange(len(cols)) + (i - (len(rows) - 1) / 2) * width if grouped else np.array([float(i)])
         vals = [list(res.cell(row, col).values()) for col in cols]
-        ax.bar(pos, [np.mean(v) if v else np.nan for v in vals], width * 0.9, yerr=[np.std(v) if v else 0 for v in vals],
-               capsize=3, alpha=0.75, label=res.label(row), color=f"C{i}")
+        ax.bar(
+            pos,
+            [np.mean(v) if v else np.nan for v in vals],
+            width * 0.9,
+            yerr=[np.std(v) if v else 0 for v in vals],
+            capsize=3,
+            alpha=0.75,
+            label=res.label(row),
+            color=f"C{i}",
+        )
         for p, v in zip(pos, vals):
             ax.plot([p] * len(v), v, ".", color="0.2", markersize=5)
         paper = [(p, v) for p, col in zip(pos, cols) if (v := _paper(res, row, col)) is not None]
         if paper:
-            ax.plot([p for p, _ in paper], [v for _, v in paper], "kD", linestyle="none",
-                    label="paper" if not any(_paper(res, r, col) is not None for r in rows[:i] for col in cols) else None)
+            ax.plot(
+                [p for p, _ in paper],
+                [v for _, v in paper],
+                "kD",
+                linestyle="none",
+                label="paper" if not any(_paper(res, r, col) is not None for r in rows[:i] for col in cols) else None,
+            )
     if grouped:
         ax.set_xticks(np.arange(len(cols)))
         ax.set_xticklabels([f"{_key(res)}={col}" for col in cols])
@@ -194,8 +220,14 @@ HEADER = ["claim", "paper", "fedbench (mean ± std over seeds)", "verdict", "sca
 
 
 def line(res: ClaimResult) -> list[str]:
-    return [f"{res.claim.id}: {res.claim.claim}", paper_text(res), ours_text(res), res.outcome.verdict, res.scale,
-            duration(res.seconds)]
+    return [
+        f"{res.claim.id}: {res.claim.claim}",
+        paper_text(res),
+        ours_text(res),
+        res.outcome.verdict,
+        res.scale,
+        duration(res.seconds),
+    ]
 
 
 def print_rich(pc: PaperClaims, results: list[ClaimResult], console=None) -> None:
@@ -207,7 +239,7 @@ def print_rich(pc: PaperClaims, results: list[ClaimResult], console=None) -> Non
 
     console = console or Console(width=max(120, shutil.get_terminal_size((180, 40)).columns))
     rt = RichTable(title=Text(f"{pc.title}: claims"), show_lines=True)
-    widest_id = max((len(res.claim.id) + 1 for res in results), default=0)   # an id is never cut, at any width
+    widest_id = max((len(res.claim.id) + 1 for res in results), default=0)  # an id is never cut, at any width
     for h in HEADER:
         rt.add_column(h, overflow="fold", min_width=widest_id if h == HEADER[0] else None)
     for res in results:
@@ -217,9 +249,29 @@ def print_rich(pc: PaperClaims, results: list[ClaimResult], console=None) -> Non
     console.print(rt)
 
 
-CSV_FIELDS = ["paper", "scale", "claim", "predicate", "verdict", "reason", "test", "at", "bound", "n", "mean", "std",
-              "per_seed", "test_verdict", "test_reason", "tolerance", "paper_values", "fedbench", "runs_complete", "runs",
-              "seconds"]
+CSV_FIELDS = [
+    "paper",
+    "scale",
+    "claim",
+    "predicate",
+    "verdict",
+    "reason",
+    "test",
+    "at",
+    "bound",
+    "n",
+    "mean",
+    "std",
+    "per_seed",
+    "test_verdict",
+    "test_reason",
+    "tolerance",
+    "paper_values",
+    "fedbench",
+    "runs_complete",
+    "runs",
+    "seconds",
+]
 
 
 def to_csv(paper: str, results: list[ClaimResult]) -> str:
@@ -229,16 +281,34 @@ def to_csv(paper: str, results: list[ClaimResult]) -> str:
     w.writeheader()
     for res in results:
         c = res.claim
-        base = {"paper": paper, "scale": res.scale, "claim": c.id, "predicate": c.predicate.text,
-                "verdict": res.outcome.verdict, "reason": res.outcome.reason, "tolerance": repr(c.tolerance),
-                "paper_values": paper_text(res), "fedbench": ours_text(res), "runs_complete": res.n_complete,
-                "runs": res.n_runs, "seconds": f"{res.seconds:.1f}"}
+        base = {
+            "paper": paper,
+            "scale": res.scale,
+            "claim": c.id,
+            "predicate": c.predicate.text,
+            "verdict": res.outcome.verdict,
+            "reason": res.outcome.reason,
+            "tolerance": repr(c.tolerance),
+            "paper_values": paper_text(res),
+            "fedbench": ours_text(res),
+            "runs_complete": res.n_complete,
+            "runs": res.n_runs,
+            "seconds": f"{res.seconds:.1f}",
+        }
         for t in res.outcome.tests or [None]:
             row = dict(base)
             if t is not None:
-                row.update(test=t.label, at=t.at or "", bound=f"{t.op} {t.bound:g}", n=len(t.per_seed),
-                           mean=repr(t.mean), std=repr(t.std), test_verdict=t.verdict, test_reason=t.reason,
-                           per_seed=";".join(f"{s}:{v!r}" for s, v in sorted(t.per_seed.items(), key=lambda kv: str(kv[0]))))
+                row.update(
+                    test=t.label,
+                    at=t.at or "",
+                    bound=f"{t.op} {t.bound:g}",
+                    n=len(t.per_seed),
+                    mean=repr(t.mean),
+                    std=repr(t.std),
+                    test_verdict=t.verdict,
+                    test_reason=t.reason,
+                    per_seed=";".join(f"{s}:{v!r}" for s, v in sorted(t.per_seed.items(), key=lambda kv: str(kv[0]))),
+                )
             w.writerow(row)
     return buf.getvalue()
 
@@ -247,32 +317,48 @@ def _md(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def to_markdown(pc: PaperClaims, results: list[ClaimResult], scales: list[str], runs_root: Path,
-                pictures: dict, commands: dict) -> str:
+def to_markdown(
+    pc: PaperClaims, results: list[ClaimResult], scales: list[str], runs_root: Path, pictures: dict, commands: dict
+) -> str:
     """The results page of one paper (docs/results/<paper>.md)."""
     md = [f"# {pc.title}: do the paper's claims hold?", ""]
     if pc.reference:
         md += [pc.reference, ""]
-    md += [f"Claims as data: `conf/claims/{pc.paper}.yaml`. How a verdict is reached (seed-paired rule, tolerance, "
-           "scales): [docs/claims.md](../claims.md). Generated by `fedbench-claims report` from the runs; it is not "
-           "edited by hand.", "", "## Summary", "",
-           "| scale | claims | holds | fails | inconclusive | not run | not comparable | runs complete | wall time of the launches |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    md += [
+        f"Claims as data: `conf/claims/{pc.paper}.yaml`. How a verdict is reached (seed-paired rule, tolerance, "
+        "scales): [docs/claims.md](../claims.md). Generated by `fedbench-claims report` from the runs; it is not "
+        "edited by hand.",
+        "",
+        "## Summary",
+        "",
+        (
+            "| scale | claims | holds | fails | inconclusive | not run | not comparable | runs complete "
+            "| wall time of the launches |"
+        ),
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for scale in scales:
         mine = [r for r in results if r.scale == scale]
         n = Counter(r.outcome.verdict for r in mine)
         recs = launches(sweep_dir(runs_root, scale, pc.paper))
         complete, total = _runs_done(mine)
-        md.append(f"| {scale} | {len(mine)} | " + " | ".join(str(n.get(v, 0)) for v in VERDICTS)
-                  + f" | {complete}/{total} | {duration(sum(r.get('seconds', 0) for r in recs))} |")
+        md.append(
+            f"| {scale} | {len(mine)} | "
+            + " | ".join(str(n.get(v, 0)) for v in VERDICTS)
+            + f" | {complete}/{total} | {duration(sum(r.get('seconds', 0) for r in recs))} |"
+        )
     md += ["", "## Claims", "", "| " + " | ".join(HEADER) + " |", "|---|---|---|---|---|---:|"]
     for res in results:
         cells = [_md(x) for x in line(res)]
         cells[0] = f"**{res.claim.id}**: {_md(res.claim.claim)}"
         cells[3] = f"**{cells[3]}**"
         md.append("| " + " | ".join(cells) + " |")
-    md += ["", "Wall time = compute time of the claim's runs (training rounds and evaluations, from their "
-           "`metrics.jsonl`; start-up and data loading excluded). A run shared by several claims counts in each.", ""]
+    md += [
+        "",
+        "Wall time = compute time of the claim's runs (training rounds and evaluations, from their "
+        "`metrics.jsonl`; start-up and data loading excluded). A run shared by several claims counts in each.",
+        "",
+    ]
     md += ["## How these numbers were made", ""]
     for scale in scales:
         md += _provenance(pc, scale, runs_root, commands.get(scale, {}))
@@ -310,19 +396,23 @@ def _provenance_lines(pc: PaperClaims, scale: str, runs_root: Path, commands: di
     md = [f"### {scale} scale", ""]
     if s and s.note:
         md += [s.note, ""]
-    md += [f"* Commands: `{commands.get('run', f'fedbench-claims run {pc.paper} --scale {scale}')}` then "
-           f"`{commands.get('report', f'fedbench-claims report {pc.paper} --scale {scale}')}`."]
+    md += [
+        f"* Commands: `{commands.get('run', f'fedbench-claims run {pc.paper} --scale {scale}')}` then "
+        f"`{commands.get('report', f'fedbench-claims report {pc.paper} --scale {scale}')}`."
+    ]
     if recs:
         commits = list(dict.fromkeys(r.get("commit", "unknown") for r in recs))
         machines = list(dict.fromkeys(r.get("machine", "unknown") for r in recs))
         dates = sorted(r.get("started", "")[:10] for r in recs if r.get("started"))
         invoked = list(dict.fromkeys(r.get("invoked") for r in recs if r.get("invoked")))
         md += [f"* Launched as: {', '.join(f'`{i}`' for i in invoked)}"] if invoked else []
-        md += [f"* fedbench commit: {', '.join(f'`{c}`' for c in commits)}",
-               f"* Date: {dates[0]}" + (f" to {dates[-1]}" if dates[-1] != dates[0] else ""),
-               f"* Machine: {'; '.join(machines)}",
-               f"* Wall time of the launches: {duration(sum(r.get('seconds', 0) for r in recs))} "
-               f"({len(recs)} launch(es); exit codes {sorted({r.get('exit') for r in recs})})"]
+        md += [
+            f"* fedbench commit: {', '.join(f'`{c}`' for c in commits)}",
+            f"* Date: {dates[0]}" + (f" to {dates[-1]}" if dates[-1] != dates[0] else ""),
+            f"* Machine: {'; '.join(machines)}",
+            f"* Wall time of the launches: {duration(sum(r.get('seconds', 0) for r in recs))} "
+            f"({len(recs)} launch(es); exit codes {sorted({r.get('exit') for r in recs})})",
+        ]
     else:
         md += ["* No `fedbench-claims run` launch is recorded for these runs (no commit, date or machine to report)."]
     md.append("* The experiments (each one multirun; runs shared between experiments are made once):")
@@ -333,25 +423,43 @@ def _provenance_lines(pc: PaperClaims, scale: str, runs_root: Path, commands: di
 
 def _details(res: ClaimResult, picture: Path | None) -> list[str]:
     c = res.claim
-    md = [f"### {c.id} ({res.scale}): {res.outcome.verdict}", "", c.claim, "",
-          f"* Source: {c.source}",
-          f"* Predicate: `{c.predicate.text}` on `{c.metric}`" + (f" over `{c.over}`" if c.over else "")
-          + (f", where {', '.join(f'`{k}={v}`' for k, v in c.where.items())}" if c.where else "")
-          + f"; tolerance {c.tolerance:g}" + (f", at least {res.experiment.scale.min_seeds} seeds" if res.experiment else ""),
-          f"* Verdict: **{res.outcome.verdict}** — {res.outcome.reason}",
-          f"* Runs: {res.n_complete} of {res.n_runs} complete" + (f" (experiment `{c.experiment}`)" if res.experiment else "")]
+    md = [
+        f"### {c.id} ({res.scale}): {res.outcome.verdict}",
+        "",
+        c.claim,
+        "",
+        f"* Source: {c.source}",
+        f"* Predicate: `{c.predicate.text}` on `{c.metric}`"
+        + (f" over `{c.over}`" if c.over else "")
+        + (f", where {', '.join(f'`{k}={v}`' for k, v in c.where.items())}" if c.where else "")
+        + f"; tolerance {c.tolerance:g}"
+        + (f", at least {res.experiment.scale.min_seeds} seeds" if res.experiment else ""),
+        f"* Verdict: **{res.outcome.verdict}** — {res.outcome.reason}",
+        f"* Runs: {res.n_complete} of {res.n_runs} complete"
+        + (f" (experiment `{c.experiment}`)" if res.experiment else ""),
+    ]
     for name, lacking in sorted(res.adopted.items()):
-        md.append(f"* Run `{name}` was made by another command than the experiment's and is matched by its config.yaml"
-                  + (f"; it predates the keys {', '.join(f'`{k}`' for k in lacking)} (their defaults are assumed)"
-                     if lacking else ""))
+        md.append(
+            f"* Run `{name}` was made by another command than the experiment's and is matched by its config.yaml"
+            + (
+                f"; it predates the keys {', '.join(f'`{k}`' for k in lacking)} (their defaults are assumed)"
+                if lacking
+                else ""
+            )
+        )
     if c.note:
         md.append(f"* Note: {c.note}")
     if res.outcome.tests:
         md += ["", "| test | at | per seed | mean ± std | verdict |", "|---|---|---|---:|---|"]
         for t in res.outcome.tests:
-            per = ", ".join(f"{s}: {fmt(v, res.digits, sign=True)}" for s, v in sorted(t.per_seed.items(), key=lambda kv: str(kv[0])))
-            md.append(f"| {_md(t.label)} {t.op} {t.bound:g} | {t.at or ''} | {per} | "
-                      f"{fmt(t.mean, res.digits, sign=True)} ± {fmt(t.std, res.digits)} | {t.verdict} |")
+            per = ", ".join(
+                f"{s}: {fmt(v, res.digits, sign=True)}"
+                for s, v in sorted(t.per_seed.items(), key=lambda kv: str(kv[0]))
+            )
+            md.append(
+                f"| {_md(t.label)} {t.op} {t.bound:g} | {t.at or ''} | {per} | "
+                f"{fmt(t.mean, res.digits, sign=True)} ± {fmt(t.std, res.digits)} | {t.verdict} |"
+            )
     if picture is not None:
         md += ["", f"![{c.id} ({res.scale})]({picture.parent.name}/{picture.name})"]
     return md + [""]
@@ -359,19 +467,43 @@ def _details(res: ClaimResult, picture: Path | None) -> list[str]:
 
 # ---- W&B -------------------------------------------------------------------------------------------------------
 
+
 def log_wandb(pc: PaperClaims, results: list[ClaimResult], pictures: list[Path], out: Path, mode: str) -> str:
     """One W&B run (job type ``claims``) holding the verdict table (the CSV's columns) and the pictures."""
     import wandb
 
-    run = wandb.init(project="fedbench", job_type="claims", name=f"claims-{pc.paper}", dir=str(out), mode=mode,
-                     config={"paper": pc.paper, "scales": sorted({r.scale for r in results})},
-                     reinit="finish_previous", settings=wandb.Settings(console="off", x_disable_stats=True, silent=True))
+    run = wandb.init(
+        project="fedbench",
+        job_type="claims",
+        name=f"claims-{pc.paper}",
+        dir=str(out),
+        mode=mode,
+        config={"paper": pc.paper, "scales": sorted({r.scale for r in results})},
+        reinit="finish_previous",
+        settings=wandb.Settings(console="off", x_disable_stats=True, silent=True),
+    )
     rows = list(csv.reader(io.StringIO(to_csv(pc.paper, results))))
-    run.log({f"claims/{pc.paper}": wandb.Table(columns=rows[0], data=rows[1:]),
-             **{f"claims/{p.stem}": wandb.Image(str(p)) for p in pictures}})
+    run.log(
+        {
+            f"claims/{pc.paper}": wandb.Table(columns=rows[0], data=rows[1:]),
+            **{f"claims/{p.stem}": wandb.Image(str(p)) for p in pictures},
+        }
+    )
     run.finish()
     return run.id
 
 
-__all__ = ["CSV_FIELDS", "HEADER", "duration", "line", "log_wandb", "ours_text", "paper_text", "picture_name", "plot",
-           "print_rich", "to_csv", "to_markdown"]
+__all__ = [
+    "CSV_FIELDS",
+    "HEADER",
+    "duration",
+    "line",
+    "log_wandb",
+    "ours_text",
+    "paper_text",
+    "picture_name",
+    "plot",
+    "print_rich",
+    "to_csv",
+    "to_markdown",
+]

@@ -1,5 +1,6 @@
 """A claim's runs and verdict: the runs of its experiment (read by fedbench/report's ``collect``), their cells over
 seeds (fedbench/report's ``Report``), and the predicate evaluated seed-paired on them."""
+
 from __future__ import annotations
 
 import json
@@ -14,7 +15,7 @@ from ..report.tables import Report, Table
 from .predicates import NOT_COMPARABLE, NOT_RUN, Outcome, evaluate
 from .spec import Claim, Experiment, PaperClaims
 
-LAUNCHES = "claims_launches.jsonl"   # one line per `fedbench-claims run` launch of an experiment (time, commit, machine)
+LAUNCHES = "claims_launches.jsonl"  # one line per `fedbench-claims run` launch of an experiment (time, commit, machine)
 
 
 def sweep_dir(runs_root: Path, scale: str, paper: str) -> Path:
@@ -25,8 +26,14 @@ def sweep_dir(runs_root: Path, scale: str, paper: str) -> Path:
 def run_seconds(run: RunRecord) -> float:
     """Compute time of a run from its records: training rounds, evaluations, new-client fine-tuning (``time/*``);
     start-up and data loading are not in it."""
-    return float(sum(v for row in run.rounds().values() for k, x in row.items()
-                     if k.startswith("time/") and (v := _number(x)) is not None))
+    return float(
+        sum(
+            v
+            for row in run.rounds().values()
+            for k, x in row.items()
+            if k.startswith("time/") and (v := _number(x)) is not None
+        )
+    )
 
 
 def launches(sweep: Path) -> list[dict]:
@@ -63,8 +70,8 @@ class RunSet:
             out, bases = [], {}
             for i, job in enumerate(jobs):
                 run = self.by_overrides.get(frozenset(job.items())) or self._same_config(exp, job, neutral, taken)
-                if run is None:   # its config: the experiment composed with this job's swept values (an arm may
-                    swept = tuple(f"{k}={job[k.lstrip('+~')]}" for k in exp.sweep)   # choose the algorithm)
+                if run is None:  # its config: the experiment composed with this job's swept values (an arm may
+                    swept = tuple(f"{k}={job[k.lstrip('+~')]}" for k in exp.sweep)  # choose the algorithm)
                     if swept not in bases:
                         bases[swept] = _base(exp.compose(list(swept)))
                     run = missing_run(job, *bases[swept], (0, i))
@@ -72,15 +79,19 @@ class RunSet:
             self._cache[exp.name] = out
         return self._cache[exp.name]
 
-
     def _same_config(self, exp: Experiment, job: dict, neutral: set, taken: set) -> RunRecord | None:
         """A run made by another command than the job's (e.g. a single run with ``hydra.run.dir``, or without an
         override that selects what the experiment's defaults select anyway) is the job's run if its resolved
         ``config.yaml`` has the job's values: every key it records equals the job's (results-neutral keys aside);
         keys it lacks were added to fedbench after it was made and are listed in ``run.lacking``. Only runs no job
         claims by its overrides, whose own overrides are a subset of the job's, and only one per job."""
-        cands = [r for key, r in self.by_overrides.items() if key not in taken and r.job is None
-                 and all(job.get(k) == v for k, v in r.overrides.items() if k not in neutral)]
+        cands = [
+            r
+            for key, r in self.by_overrides.items()
+            if key not in taken
+            and r.job is None
+            and all(job.get(k) == v for k, v in r.overrides.items() if k not in neutral)
+        ]
         if not cands:
             return None
         want = _flat(OmegaConf.to_container(exp.compose_job(job), resolve=True), neutral)
@@ -125,15 +136,15 @@ class ClaimResult:
     scale: str
     outcome: Outcome
     experiment: Experiment | None = None
-    data: dict = field(default_factory=dict)        # {row: {col: {seed: value}}}
+    data: dict = field(default_factory=dict)  # {row: {col: {seed: value}}}
     cols: list = field(default_factory=lambda: [None])
     status: Counter = field(default_factory=Counter)  # runs of the named rows without a value, by reason
-    n_runs: int = 0                                 # runs of the named rows the experiment has (any status)
+    n_runs: int = 0  # runs of the named rows the experiment has (any status)
     n_complete: int = 0
-    run_ids: dict = field(default_factory=dict)     # {their overrides: complete?} (runs shared between claims once)
-    seconds: float = 0.0                            # compute time of those runs
-    labels: dict = field(default_factory=dict)      # row -> display name (the experiment's table labels)
-    adopted: dict = field(default_factory=dict)     # run dir name -> keys it lacks (runs matched by their config)
+    run_ids: dict = field(default_factory=dict)  # {their overrides: complete?} (runs shared between claims once)
+    seconds: float = 0.0  # compute time of those runs
+    labels: dict = field(default_factory=dict)  # row -> display name (the experiment's table labels)
+    adopted: dict = field(default_factory=dict)  # run dir name -> keys it lacks (runs matched by their config)
     digits: int = 2
     unit: str = ""
 
@@ -174,14 +185,32 @@ def evaluate_claim(pc: PaperClaims, claim: Claim, runset: RunSet) -> ClaimResult
     exp = pc.experiment(claim, scale)
     if exp is None:
         verdict = NOT_COMPARABLE if claim.predicate.kind == "close" and scale != "paper" else NOT_RUN
-        return ClaimResult(claim, scale, Outcome(verdict, f"no {scale}-scale setting of experiment '{claim.experiment}'"),
-                           labels=labels(pc, claim))
+        return ClaimResult(
+            claim,
+            scale,
+            Outcome(verdict, f"no {scale}-scale setting of experiment '{claim.experiment}'"),
+            labels=labels(pc, claim),
+        )
     runs = [r for r in runset.runs(exp) if all(canon(r.key(k)) == v for k, v in claim.where.items())]
-    spec = {"paper": pc.paper, "id": claim.id, "title": claim.claim, "rows": claim.by, "cols": claim.over,
-            "metrics": {"value": claim.metric}, "percent": claim.percent, **({"target": claim.target} if claim.target else {})}
+    spec = {
+        "paper": pc.paper,
+        "id": claim.id,
+        "title": claim.claim,
+        "rows": claim.by,
+        "cols": claim.over,
+        "metrics": {"value": claim.metric},
+        "percent": claim.percent,
+        **({"target": claim.target} if claim.target else {}),
+    }
     rep = Report(Table(spec, [(r, spec) for r in runs]))
-    res = ClaimResult(claim, scale, Outcome(NOT_RUN, ""), exp, cols=[c.key for c in rep.columns] if claim.over else [None],
-                      labels=labels(pc, claim))
+    res = ClaimResult(
+        claim,
+        scale,
+        Outcome(NOT_RUN, ""),
+        exp,
+        cols=[c.key for c in rep.columns] if claim.over else [None],
+        labels=labels(pc, claim),
+    )
     for row in rep.row_keys:
         for col in rep.columns:
             cell = rep.cells[(row, col.key)]
@@ -189,8 +218,12 @@ def evaluate_claim(pc: PaperClaims, claim: Claim, runset: RunSet) -> ClaimResult
     res.digits = max(rep.digits.values(), default=2)
     res.unit = "%" if rep.table.percent("value") else ""
     named = set(res.rows) or set(rep.row_keys)
-    used = [r for r in runs if canon(r.key(claim.by)) in named
-            and (not claim.over or canon(r.key(claim.over)) in {c.key for c in rep.columns})]
+    used = [
+        r
+        for r in runs
+        if canon(r.key(claim.by)) in named
+        and (not claim.over or canon(r.key(claim.over)) in {c.key for c in rep.columns})
+    ]
     res.n_runs, res.n_complete = len(used), sum(r.status == "complete" for r in used)
     res.run_ids = {frozenset(r.overrides.items()): r.status == "complete" for r in used}
     res.seconds = sum(run_seconds(r) for r in used if r.status == "complete")
@@ -199,8 +232,15 @@ def evaluate_claim(pc: PaperClaims, claim: Claim, runset: RunSet) -> ClaimResult
         if row in named:
             res.status.update(cell.other)
     paper = {row: {None: v} if not isinstance(v, dict) else v for row, v in claim.paper.items()}
-    res.outcome = evaluate(claim.predicate, res.data, res.cols, claim.tolerance, exp.scale.min_seeds,
-                           paper=paper, paper_scale=scale == "paper")
+    res.outcome = evaluate(
+        claim.predicate,
+        res.data,
+        res.cols,
+        claim.tolerance,
+        exp.scale.min_seeds,
+        paper=paper,
+        paper_scale=scale == "paper",
+    )
     if res.outcome.verdict == NOT_RUN and res.n_runs:
         res.outcome.reason = f"{res.n_complete} of {res.n_runs} runs complete" + _why(res.status)
     return res

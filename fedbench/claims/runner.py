@@ -2,6 +2,7 @@
 (its own process: the same pre-check, deterministic run dirs and Hydra launcher choice as on the command line), so
 complete runs are skipped, interrupted ones resume from their checkpoints, and an experiment whose runs are all
 complete is not launched at all. Every launch is logged (time, commit, machine) for the results page."""
+
 from __future__ import annotations
 
 import json
@@ -40,9 +41,11 @@ def check_extra(extra: list[str]) -> None:
     for item in extra:
         key = item.split("=", 1)[0].lstrip("+~")
         if not (key.startswith(("hydra.", "hydra/")) or key in allowed):
-            raise ClaimsError(f"override {item!r} would change the runs (their results or run dirs); put it in "
-                              f"conf/claims/<paper>.yaml (a scale's or an experiment's overrides). Allowed here: "
-                              f"hydra.*, hydra/*, {', '.join(allowed)}")
+            raise ClaimsError(
+                f"override {item!r} would change the runs (their results or run dirs); put it in "
+                f"conf/claims/<paper>.yaml (a scale's or an experiment's overrides). Allowed here: "
+                f"hydra.*, hydra/*, {', '.join(allowed)}"
+            )
 
 
 def commit() -> str:
@@ -51,10 +54,19 @@ def commit() -> str:
 
     repo = str(CONF_DIR.parent)
     try:
-        sha = subprocess.run(["git", "-C", repo, "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
-                             timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", repo, "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True, timeout=10).stdout.strip()
+        sha = subprocess.run(
+            ["git", "-C", repo, "rev-parse", "--short=12", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", repo, "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return sha + ("-dirty" if dirty else "")
@@ -64,8 +76,11 @@ def machine() -> str:
     """``<CPU model> (<n> cores)``, plus the GPU when there is one."""
     cpu = platform.processor() or platform.machine()
     try:
-        cpu = next(ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                   if ln.startswith("model name"))
+        cpu = next(
+            ln.split(":", 1)[1].strip()
+            for ln in Path("/proc/cpuinfo").read_text().splitlines()
+            if ln.startswith("model name")
+        )
     except (OSError, StopIteration):
         pass
     text = f"{cpu} ({os.cpu_count()} cores)"
@@ -79,8 +94,9 @@ def machine() -> str:
     return text
 
 
-def run(pc: PaperClaims, scale: str, runs_root: Path, extra: list[str] = (), dry_run: bool = False,
-        invoked: str = "") -> int:
+def run(
+    pc: PaperClaims, scale: str, runs_root: Path, extra: list[str] = (), dry_run: bool = False, invoked: str = ""
+) -> int:
     """Launch every experiment the claims need at ``scale`` that still has runs to do; the worst exit code."""
     if scale not in pc.scales:
         raise ClaimsError(f"{pc.path}: no '{scale}' scale (the file has {', '.join(pc.scales)})")
@@ -89,7 +105,7 @@ def run(pc: PaperClaims, scale: str, runs_root: Path, extra: list[str] = (), dry
     extra = list(extra) + ([] if any(e.startswith("logger") for e in extra) else ["logger=none"])
     worst = 0
     for exp in pc.needed(scale):
-        runs = RunSet(pc, scale, runs_root).runs(exp)   # read again: an earlier experiment may have made shared runs
+        runs = RunSet(pc, scale, runs_root).runs(exp)  # read again: an earlier experiment may have made shared runs
         done = sum(r.status == "complete" for r in runs)
         head = f"fedbench-claims: {pc.paper} {scale} {exp.name}: {done}/{len(runs)} runs complete"
         if done == len(runs):
@@ -105,13 +121,27 @@ def run(pc: PaperClaims, scale: str, runs_root: Path, extra: list[str] = (), dry
         code = launch(args)
         seconds = time.perf_counter() - tic
         after = sum(r.status == "complete" for r in RunSet(pc, scale, runs_root).runs(exp))
-        record = {"experiment": exp.name, "scale": scale, "started": started, "seconds": round(seconds, 1),
-                  "exit": code, "runs": len(runs), "complete_before": done, "complete_after": after,
-                  "command": command, "invoked": invoked, "commit": commit(), "machine": machine()}
+        record = {
+            "experiment": exp.name,
+            "scale": scale,
+            "started": started,
+            "seconds": round(seconds, 1),
+            "exit": code,
+            "runs": len(runs),
+            "complete_before": done,
+            "complete_after": after,
+            "command": command,
+            "invoked": invoked,
+            "commit": commit(),
+            "machine": machine(),
+        }
         with (sweep / LAUNCHES).open("a") as f:
             f.write(json.dumps(record) + "\n")
-        print(f"fedbench-claims: {exp.name}: {after}/{len(runs)} complete after {seconds:.0f} s (exit {code})",
-              file=sys.stderr, flush=True)
+        print(
+            f"fedbench-claims: {exp.name}: {after}/{len(runs)} complete after {seconds:.0f} s (exit {code})",
+            file=sys.stderr,
+            flush=True,
+        )
         worst = max(worst, code)
     return worst
 

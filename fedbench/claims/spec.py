@@ -4,6 +4,7 @@ A file holds a paper's scales (``paper``, ``cpu``, ``smoke``: seeds, overrides f
 its experiments (per scale: an ``+experiment=`` config, overrides, the swept values the claims compare) and its
 claims (what the paper says, where, which experiment, which metric, the predicate). docs/claims.md has the schema.
 """
+
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -19,8 +20,22 @@ SCALES = ("paper", "cpu", "smoke")
 TOP_FIELDS = {"paper", "title", "reference", "defaults", "scales", "experiments", "claims"}
 SCALE_FIELDS = {"note", "seeds", "overrides", "min_seeds"}
 EXPERIMENT_FIELDS = {"experiment", "overrides", "sweep"}
-CLAIM_FIELDS = {"id", "claim", "source", "experiment", "metric", "holds_if", "paper", "by", "over", "where",
-                "tolerance", "percent", "target", "note"}
+CLAIM_FIELDS = {
+    "id",
+    "claim",
+    "source",
+    "experiment",
+    "metric",
+    "holds_if",
+    "paper",
+    "by",
+    "over",
+    "where",
+    "tolerance",
+    "percent",
+    "target",
+    "note",
+}
 DEFAULTS = {"tolerance": 0.5, "min_seeds": 3, "percent": True, "by": "choice:algorithm"}
 STATS = ("best", "final", "last", "best_round")
 
@@ -41,6 +56,7 @@ class Scale:
 @dataclass
 class Experiment:
     """One experiment at one scale: ``fedbench -m +experiment=<experiment> <overrides> <sweep> seed=<seeds>``."""
+
     name: str
     scale: Scale
     experiment: str | None
@@ -51,9 +67,13 @@ class Experiment:
         """Its overrides: the scale's, then the experiment's, then the sweep and the seeds (a later key replaces an
         earlier one, so an experiment can change a scale-wide value)."""
         merged: dict = {}
-        items = ([f"+experiment={self.experiment}"] if self.experiment else []) + list(self.scale.overrides) \
-            + list(self.overrides) + [f"{k}={_csv(v)}" for k, v in self.sweep.items()] \
+        items = (
+            ([f"+experiment={self.experiment}"] if self.experiment else [])
+            + list(self.scale.overrides)
+            + list(self.overrides)
+            + [f"{k}={_csv(v)}" for k, v in self.sweep.items()]
             + [f"seed={_csv(self.scale.seeds)}"]
+        )
         for item in items:
             merged[_key(item)] = item
         return list(merged.values())
@@ -67,8 +87,9 @@ class Experiment:
         from hydra import compose
 
         with hydra_context():
-            return compose("config", overrides=[_first(item) for item in self.args() + list(extra)],
-                           return_hydra_config=True)
+            return compose(
+                "config", overrides=[_first(item) for item in self.args() + list(extra)], return_hydra_config=True
+            )
 
     def compose_job(self, job: dict):
         """The composed config of one job ({key: value} as :meth:`jobs` gives them)."""
@@ -97,13 +118,13 @@ class Claim:
     experiment: str
     metric: str
     predicate: Predicate
-    paper: dict                      # {row: value} or {row: {col: value}}, keys canonical
+    paper: dict  # {row: value} or {row: {col: value}}, keys canonical
     by: str
     over: str | None
-    where: dict                      # {key: canonical value}
+    where: dict  # {key: canonical value}
     tolerance: float
     percent: bool
-    target: dict | None = None       # rounds_to_target / speedup (fedbench/report)
+    target: dict | None = None  # rounds_to_target / speedup (fedbench/report)
     note: str = ""
 
 
@@ -113,8 +134,8 @@ class PaperClaims:
     title: str
     reference: str
     path: Path
-    scales: dict                     # {name: Scale}
-    experiments: dict                # {name: {scale: Experiment}}
+    scales: dict  # {name: Scale}
+    experiments: dict  # {name: {scale: Experiment}}
     claims: list = field(default_factory=list)
 
     def experiment(self, claim: Claim, scale: str) -> Experiment | None:
@@ -127,6 +148,7 @@ class PaperClaims:
 
 
 # ---- loading ---------------------------------------------------------------------------------------------------
+
 
 def claims_dir() -> Path:
     from ..cli import CONF_DIR
@@ -174,8 +196,13 @@ def load_file(path: Path) -> PaperClaims:
                 raise ClaimsError(f"{at} — no such scale (the file has {', '.join(scales)})")
             _fields(e or {}, EXPERIMENT_FIELDS, at)
             sweep = {str(k): v if isinstance(v, list) else [v] for k, v in ((e or {}).get("sweep") or {}).items()}
-            experiments[name][scale] = Experiment(name, scales[scale], (e or {}).get("experiment"),
-                                                  [str(o) for o in (e or {}).get("overrides") or []], sweep)
+            experiments[name][scale] = Experiment(
+                name,
+                scales[scale],
+                (e or {}).get("experiment"),
+                [str(o) for o in (e or {}).get("overrides") or []],
+                sweep,
+            )
     pc = PaperClaims(paper, str(node.get("title", paper)), str(node.get("reference", "")), path, scales, experiments)
     seen = set()
     for i, c in enumerate(node["claims"] or []):
@@ -200,8 +227,13 @@ def _scale(name: str, s: dict, defaults: dict, where: str) -> Scale:
     seeds = (s or {}).get("seeds")
     if not isinstance(seeds, list) or not seeds or not all(isinstance(x, int) and x >= 0 for x in seeds):
         raise ClaimsError(f"{where}.seeds: {seeds!r} — a non-empty list of integers >= 0")
-    return Scale(name, str((s or {}).get("note", "")).strip(), seeds, [str(o) for o in (s or {}).get("overrides") or []],
-                 int((s or {}).get("min_seeds", defaults["min_seeds"])))
+    return Scale(
+        name,
+        str((s or {}).get("note", "")).strip(),
+        seeds,
+        [str(o) for o in (s or {}).get("overrides") or []],
+        int((s or {}).get("min_seeds", defaults["min_seeds"])),
+    )
 
 
 def _claim(c: dict, defaults: dict, experiments: dict, where: str) -> Claim:
@@ -229,10 +261,22 @@ def _claim(c: dict, defaults: dict, experiments: dict, where: str) -> Claim:
     tol = c.get("tolerance", defaults["tolerance"])
     if isinstance(tol, bool) or not isinstance(tol, (int, float)) or tol < 0:
         raise ClaimsError(f"{where}: tolerance: {tol!r} — a number >= 0")
-    return Claim(str(c["id"]), " ".join(str(c["claim"]).split()), " ".join(str(c["source"]).split()), str(c["experiment"]),
-                 metric, pred, paper, str(c.get("by", defaults["by"])), str(over) if over else None,
-                 {str(k): canon(v) for k, v in (c.get("where") or {}).items()}, float(tol),
-                 bool(c.get("percent", defaults["percent"])), c.get("target"), " ".join(str(c.get("note", "")).split()))
+    return Claim(
+        str(c["id"]),
+        " ".join(str(c["claim"]).split()),
+        " ".join(str(c["source"]).split()),
+        str(c["experiment"]),
+        metric,
+        pred,
+        paper,
+        str(c.get("by", defaults["by"])),
+        str(over) if over else None,
+        {str(k): canon(v) for k, v in (c.get("where") or {}).items()},
+        float(tol),
+        bool(c.get("percent", defaults["percent"])),
+        c.get("target"),
+        " ".join(str(c.get("note", "")).split()),
+    )
 
 
 def _check_metric(metric: str, where: str) -> None:
@@ -247,6 +291,7 @@ def _check_metric(metric: str, where: str) -> None:
 
 
 # ---- small helpers -------------------------------------------------------------------------------------------------
+
 
 @contextmanager
 def hydra_context():
@@ -291,9 +336,8 @@ def _quote(arg: str) -> str:
     return shlex.quote(arg)
 
 
-
-
 # ---- checks that need Hydra (fedbench-claims check, the tests) ---------------------------------------------------
+
 
 def key_values(jobs: list[dict], cfg, key: str, exp: Experiment | None = None) -> set:
     """The values (canonical) a row/column key takes over an experiment's jobs. When no job sets it, the composed
@@ -302,8 +346,12 @@ def key_values(jobs: list[dict], cfg, key: str, exp: Experiment | None = None) -
     from omegaconf import OmegaConf
 
     name = key[7:] if key.startswith("choice:") else key
-    vals = {canon(yaml.safe_load(v) if v else v) for j in jobs for k, v in j.items()
-            if k == name or (key.startswith("choice:") and k.split("@")[0] == name)}
+    vals = {
+        canon(yaml.safe_load(v) if v else v)
+        for j in jobs
+        for k, v in j.items()
+        if k == name or (key.startswith("choice:") and k.split("@")[0] == name)
+    }
     if vals:
         return vals
     path = f"hydra.runtime.choices.{name}" if key.startswith("choice:") else name
@@ -328,11 +376,17 @@ def check(pc: PaperClaims) -> list[str]:
                 problems += _check_experiment(pc, name, scale, exp, options_of)
     for c in pc.claims:
         if c.paper and c.predicate.kind != "close":
-            cols = [None] if not c.over else list(dict.fromkeys(k for v in c.paper.values() if isinstance(v, dict) for k in v))
+            cols = (
+                [None]
+                if not c.over
+                else list(dict.fromkeys(k for v in c.paper.values() if isinstance(v, dict) for k in v))
+            )
             out = evaluate(c.predicate, paper_data(c.paper, cols), cols, tolerance=0.0, min_seeds=1)
             if out.verdict != HOLDS:
-                problems.append(f"{pc.path.name}: {c.id}: '{c.predicate.text}' is {out.verdict} on the paper's own "
-                                f"numbers ({out.reason})")
+                problems.append(
+                    f"{pc.path.name}: {c.id}: '{c.predicate.text}' is {out.verdict} on the paper's own "
+                    f"numbers ({out.reason})"
+                )
     return problems
 
 
@@ -350,14 +404,18 @@ def _check_experiment(pc: PaperClaims, name: str, scale: str, exp: Experiment, o
         return [f"{at}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"]
     problems = []
     mine = {_key(a).lstrip("+~") for a in exp.args()}
-    for k, v in (OmegaConf.to_container(cfg.hydra.sweeper.params) or {}).items():   # the config's own sweep
+    for k, v in (OmegaConf.to_container(cfg.hydra.sweeper.params) or {}).items():  # the config's own sweep
         if k.lstrip("+~") not in mine and len(str(v).split(",")) > 1:
-            problems.append(f"{at}: {exp.experiment} sweeps {k} over {v} and no override of the claims file fixes it "
-                            "(the runs multiply): give it a value or a sweep")
+            problems.append(
+                f"{at}: {exp.experiment} sweeps {k} over {v} and no override of the claims file fixes it "
+                "(the runs multiply): give it a value or a sweep"
+            )
     for k, values in exp.sweep.items():
         group = k.lstrip("+~").split("@")[0]
         if group in options_of:
-            problems += [f"{at}: sweep {k}={v}: no conf/{group}/{v}.yaml" for v in values if str(v) not in options_of[group]]
+            problems += [
+                f"{at}: sweep {k}={v}: no conf/{group}/{v}.yaml" for v in values if str(v) not in options_of[group]
+            ]
         elif "/" not in group and OmegaConf.select(cfg, group, default="<missing>") == "<missing>":
             problems.append(f"{at}: sweep {k}: no such config key")
     for c in (c for c in pc.claims if c.experiment == name):
@@ -375,5 +433,17 @@ def _check_experiment(pc: PaperClaims, name: str, scale: str, exp: Experiment, o
     return problems
 
 
-__all__ = ["SCALES", "ClaimsError", "Scale", "Experiment", "Claim", "PaperClaims", "check", "claims_dir", "key_values",
-           "papers", "load", "load_file"]
+__all__ = [
+    "SCALES",
+    "ClaimsError",
+    "Scale",
+    "Experiment",
+    "Claim",
+    "PaperClaims",
+    "check",
+    "claims_dir",
+    "key_values",
+    "papers",
+    "load",
+    "load_file",
+]

@@ -6,6 +6,7 @@ attributes. :func:`load_dataset` caches that raw result in ``cache_dir`` and
 then normalises the whole tensor with torchvision's functional transforms, so
 no per-sample Python runs after the one-time decode.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -70,9 +71,11 @@ def _missing(cfg, looked: list[Path], what: str, no_download: str | None = None)
     else:
         fix = "or set dataset.download=true (needs internet)"
     paths = ", ".join(str(p) for p in looked)
-    return ConfigError("dataset.root", cfg.root,
-                       f"{cfg.name} not found; looked in: {paths}. Point dataset.root at a "
-                       f"folder containing {what} {fix}")
+    return ConfigError(
+        "dataset.root",
+        cfg.root,
+        f"{cfg.name} not found; looked in: {paths}. Point dataset.root at a folder containing {what} {fix}",
+    )
 
 
 def _decode_files(paths: list[str], channels: int, image_size: int | None) -> torch.Tensor:
@@ -85,12 +88,12 @@ def _decode_files(paths: list[str], channels: int, image_size: int | None) -> to
         imgs = [decode_image(read_file(p), mode=mode) for p in paths]
     if image_size is not None:
         size = [int(image_size)] * 2
-        imgs = [im if list(im.shape[1:]) == size else F.resize(im, size, antialias=True)
-                for im in imgs]
+        imgs = [im if list(im.shape[1:]) == size else F.resize(im, size, antialias=True) for im in imgs]
     shapes = {tuple(im.shape) for im in imgs}
     if len(shapes) > 1:
-        raise ConfigError("dataset.image_size", image_size,
-                          f"images have different sizes {sorted(shapes)[:3]}…; set an integer size")
+        raise ConfigError(
+            "dataset.image_size", image_size, f"images have different sizes {sorted(shapes)[:3]}…; set an integer size"
+        )
     return torch.stack(imgs) if imgs else torch.zeros(0, channels, 1, 1, dtype=torch.uint8)
 
 
@@ -100,8 +103,7 @@ def _is_image_tree(path: Path) -> bool:
 
 def _image_folder_split(split_dir: Path, class_to_idx, channels, image_size):
     """One ImageFolder split, in torchvision's order (class folders sorted, files sorted)."""
-    samples = make_dataset(str(split_dir), class_to_idx, extensions=IMG_EXTENSIONS,
-                           allow_empty=True)
+    samples = make_dataset(str(split_dir), class_to_idx, extensions=IMG_EXTENSIONS, allow_empty=True)
     x = _decode_files([p for p, _ in samples], channels, image_size)
     return x, torch.tensor([c for _, c in samples], dtype=torch.int64)
 
@@ -129,8 +131,9 @@ def _normalise(x: torch.Tensor, norm) -> torch.Tensor:
         return x
     mean, std = list(norm.mean), list(norm.std)
     if not len(mean) == len(std) == x.shape[1]:
-        raise ConfigError("dataset.normalize", OmegaConf.to_container(norm),
-                          f"mean and std need one value per channel ({x.shape[1]})")
+        raise ConfigError(
+            "dataset.normalize", OmegaConf.to_container(norm), f"mean and std need one value per channel ({x.shape[1]})"
+        )
     return F.normalize(x, mean, std, inplace=True)
 
 
@@ -171,8 +174,9 @@ def load_digits(cfg) -> Dataset:
 
     d = sk_digits()
     x = torch.from_numpy(d.images / 16.0).float().unsqueeze(1)  # pixel values 0..16
-    idx_tr, idx_te = train_test_split(np.arange(len(d.target)), test_size=cfg.test_fraction,
-                                      stratify=d.target, random_state=cfg.split_seed)
+    idx_tr, idx_te = train_test_split(
+        np.arange(len(d.target)), test_size=cfg.test_fraction, stratify=d.target, random_state=cfg.split_seed
+    )
     y = torch.from_numpy(d.target)
     return _raw("digits", x[idx_tr], y[idx_tr], x[idx_te], y[idx_te], d.target_names)
 
@@ -193,8 +197,7 @@ def load_synthetic(cfg) -> Dataset:
 
 def _load_mnist_like(cls, cfg) -> Dataset:
     tr, te = _torchvision_split(cls, cfg, True), _torchvision_split(cls, cfg, False)
-    return _raw(cfg.name, tr.data.unsqueeze(1), tr.targets, te.data.unsqueeze(1), te.targets,
-                tr.classes)
+    return _raw(cfg.name, tr.data.unsqueeze(1), tr.targets, te.data.unsqueeze(1), te.targets, tr.classes)
 
 
 def load_mnist(cfg) -> Dataset:
@@ -217,20 +220,29 @@ def _load_cifar(cls, folder: str, num_classes: int, cfg) -> Dataset:
             if _is_image_tree(tree / "train") and _is_image_tree(tree / "test"):
                 ds = _load_image_folder(cfg.name, tree / "train", tree / "test", 3, None)
                 if ds.num_classes != num_classes or ds.input_shape != (3, 32, 32):
-                    raise ConfigError("dataset.root", cfg.root,
-                                      f"{tree} has {ds.num_classes} classes of shape "
-                                      f"{ds.input_shape}, expected {num_classes} of (3, 32, 32)")
+                    raise ConfigError(
+                        "dataset.root",
+                        cfg.root,
+                        f"{tree} has {ds.num_classes} classes of shape "
+                        f"{ds.input_shape}, expected {num_classes} of (3, 32, 32)",
+                    )
                 return ds
         if fmt == "imagefolder":
-            raise _missing(cfg, [t / s for t in trees for s in ("train", "test")],
-                           f"{folder}/{{train,test}}/<class>/ images",
-                           no_download="format=imagefolder never downloads; use format=auto")
+            raise _missing(
+                cfg,
+                [t / s for t in trees for s in ("train", "test")],
+                f"{folder}/{{train,test}}/<class>/ images",
+                no_download="format=imagefolder never downloads; use format=auto",
+            )
     if fmt == "torchvision" or batches.is_dir() or cfg.download:
         tr, te = _torchvision_split(cls, cfg, True), _torchvision_split(cls, cfg, False)
         hwc = lambda d: torch.from_numpy(d.data).permute(0, 3, 1, 2).contiguous()  # noqa: E731
         return _raw(cfg.name, hwc(tr), tr.targets, hwc(te), te.targets, tr.classes)
-    raise _missing(cfg, [t / s for t in trees for s in ("train", "test")] + [batches],
-                   f"{folder}/{{train,test}}/<class>/ images or {cls.base_folder}/")
+    raise _missing(
+        cfg,
+        [t / s for t in trees for s in ("train", "test")] + [batches],
+        f"{folder}/{{train,test}}/<class>/ images or {cls.base_folder}/",
+    )
 
 
 def load_cifar10(cfg) -> Dataset:
@@ -248,9 +260,12 @@ def load_imagefolder(cfg) -> Dataset:
     if not (_is_image_tree(train_dir) and _is_image_tree(test_dir)):
         if cfg.download:
             raise ConfigError("dataset.download", True, "imagefolder has no downloader; use false")
-        raise _missing(cfg, [train_dir, test_dir],
-                       f"{cfg.train_dir}/<class>/ and {cfg.test_dir}/<class>/ image folders",
-                       no_download="a local tree has no downloader")
+        raise _missing(
+            cfg,
+            [train_dir, test_dir],
+            f"{cfg.train_dir}/<class>/ and {cfg.test_dir}/<class>/ image folders",
+            no_download="a local tree has no downloader",
+        )
     return _load_image_folder(cfg.name, train_dir, test_dir, cfg.channels, cfg.image_size)
 
 
@@ -280,16 +295,22 @@ TINY_URL = "http://cs231n.stanford.edu/tiny-imagenet-200.zip"
 def load_tinyimagenet(cfg) -> Dataset:
     """Tiny-ImageNet-200: train/<wnid>/images/*.JPEG; the labelled val split is the test split."""
     if cfg.download:
-        raise ConfigError("dataset.download", True,
-                          f"Tiny-ImageNet has no torchvision downloader: fetch {TINY_URL}, "
-                          f"unzip it under dataset.root (giving <root>/tiny-imagenet-200/) "
-                          f"and set dataset.download=false")
+        raise ConfigError(
+            "dataset.download",
+            True,
+            f"Tiny-ImageNet has no torchvision downloader: fetch {TINY_URL}, "
+            f"unzip it under dataset.root (giving <root>/tiny-imagenet-200/) "
+            f"and set dataset.download=false",
+        )
     base = Path(cfg.root) / "tiny-imagenet-200"
     val_ann = base / "val" / "val_annotations.txt"
     if not (_is_image_tree(base / "train") and val_ann.is_file()):
-        raise _missing(cfg, [base / "train", val_ann],
-                       f"tiny-imagenet-200/ (unzip {TINY_URL} there)",
-                       no_download="this dataset has no downloader")
+        raise _missing(
+            cfg,
+            [base / "train", val_ann],
+            f"tiny-imagenet-200/ (unzip {TINY_URL} there)",
+            no_download="this dataset has no downloader",
+        )
     classes, class_to_idx = find_classes(str(base / "train"))
     tr_x, tr_y = _image_folder_split(base / "train", class_to_idx, 3, cfg.image_size)
     rows = [line.split("\t")[:2] for line in val_ann.read_text().splitlines() if line.strip()]
@@ -308,7 +329,7 @@ DATASETS: dict[str, Callable[..., Dataset]] = {
     "imagefolder": load_imagefolder,
     "rmnist": load_rmnist,
     "tinyimagenet": load_tinyimagenet,
-    "femnist": load_femnist,   # LEAF's per-writer JSON files (fedbench/data/leaf.py)
+    "femnist": load_femnist,  # LEAF's per-writer JSON files (fedbench/data/leaf.py)
 }
 _GENERATED = {"digits", "synthetic"}  # built in milliseconds; caching them only adds files
 
@@ -325,16 +346,23 @@ def load_dataset(cfg, cache_dir: str | Path) -> Dataset:
             d = torch.load(path, weights_only=True)
             raw = Dataset(cfg.name, d["x"], d["y"], d["n_train"], d["classes"], d["attrs"])
         except Exception as e:  # truncated or corrupted (a crash while copying it, a full disk): decode again
-            print(f"fedbench: warning: dataset cache {path} cannot be read ({type(e).__name__}); decoding "
-                  f"{cfg.name} from its source again", file=sys.stderr)
+            print(
+                f"fedbench: warning: dataset cache {path} cannot be read ({type(e).__name__}); decoding "
+                f"{cfg.name} from its source again",
+                file=sys.stderr,
+            )
     if raw is None:
         raw = DATASETS[cfg.name](cfg)
         if path is not None:
             try:
-                _save_atomic({"x": raw.x, "y": raw.y, "n_train": raw.n_train,
-                              "classes": raw.classes, "attrs": raw.attrs}, path)
+                _save_atomic(
+                    {"x": raw.x, "y": raw.y, "n_train": raw.n_train, "classes": raw.classes, "attrs": raw.attrs}, path
+                )
             except OSError as e:  # the cache only saves time: a read-only or full cache dir does not stop the run
-                print(f"fedbench: warning: cannot write the dataset cache {path} ({e.strerror}); "
-                      "the run goes on without it", file=sys.stderr)
+                print(
+                    f"fedbench: warning: cannot write the dataset cache {path} ({e.strerror}); "
+                    "the run goes on without it",
+                    file=sys.stderr,
+                )
     raw.x = _normalise(raw.x, cfg.normalize)
     return raw

@@ -1,4 +1,5 @@
 """All client data of a run as a few big tensors on the run's device plus per-client index tables."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,26 +10,34 @@ import torch
 
 @dataclass
 class FederatedData:
-    x: torch.Tensor                 # pool (official train split, then official test split), on device
+    x: torch.Tensor  # pool (official train split, then official test split), on device
     y: torch.Tensor
-    n_pool_train: int               # x[:n_pool_train] is the official train split
-    train_idx: list[np.ndarray]     # per client, indices into the pool
+    n_pool_train: int  # x[:n_pool_train] is the official train split
+    train_idx: list[np.ndarray]  # per client, indices into the pool
     test_idx: list[np.ndarray]
-    counts: np.ndarray              # [K, C] train class counts per client
+    counts: np.ndarray  # [K, C] train class counts per client
     num_classes: int
     classes: list[str]
     info: dict
 
     @classmethod
-    def build(cls, dataset, partition, device: torch.device, dtype=torch.float32, pin_memory: bool = False) -> "FederatedData":
+    def build(
+        cls, dataset, partition, device: torch.device, dtype=torch.float32, pin_memory: bool = False
+    ) -> "FederatedData":
         x = dataset.x.to(dtype)
         if device.type == "cuda" and pin_memory:
             x = x.pin_memory()
-        return cls(x=x.to(device, non_blocking=True), y=dataset.y.to(device), n_pool_train=dataset.n_train,
-                   train_idx=[np.asarray(i, dtype=np.int64) for i in partition.train],
-                   test_idx=[np.asarray(i, dtype=np.int64) for i in partition.test],
-                   counts=np.asarray(partition.counts), num_classes=dataset.num_classes,
-                   classes=list(dataset.classes), info=dict(partition.info))
+        return cls(
+            x=x.to(device, non_blocking=True),
+            y=dataset.y.to(device),
+            n_pool_train=dataset.n_train,
+            train_idx=[np.asarray(i, dtype=np.int64) for i in partition.train],
+            test_idx=[np.asarray(i, dtype=np.int64) for i in partition.test],
+            counts=np.asarray(partition.counts),
+            num_classes=dataset.num_classes,
+            classes=list(dataset.classes),
+            info=dict(partition.info),
+        )
 
     @property
     def num_clients(self) -> int:

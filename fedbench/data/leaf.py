@@ -8,6 +8,7 @@ letters); every writer has samples in both folders. The pool is every writer's t
 writer's test samples; ``attrs["writer"]`` is the writer's index in sorted-name order, so the ``natural``
 partition can give one writer to each client (conf/partition/natural.yaml).
 """
+
 from __future__ import annotations
 
 import json
@@ -19,19 +20,24 @@ import torch
 
 from fedbench.errors import ConfigError
 
-CLASSES = list(string.digits + string.ascii_uppercase + string.ascii_lowercase)   # LEAF's relabel_class: 0-9, A-Z, a-z
-LAYOUT = ('LEAF\'s layout femnist/data/{train,test}/*.json, each {"users": [...], "num_samples": [...], '
-          '"user_data": {user: {"x": [[784 floats in 0..1]], "y": [0..61]}}} (LEAF data/femnist: ./preprocess.sh ... -t sample)')
+CLASSES = list(string.digits + string.ascii_uppercase + string.ascii_lowercase)  # LEAF's relabel_class: 0-9, A-Z, a-z
+LAYOUT = (
+    'LEAF\'s layout femnist/data/{train,test}/*.json, each {"users": [...], "num_samples": [...], '
+    '"user_data": {user: {"x": [[784 floats in 0..1]], "y": [0..61]}}} '
+    "(LEAF data/femnist: ./preprocess.sh ... -t sample)"
+)
 
 
 def leaf_dirs(root: Path) -> tuple[Path, Path]:
-    """``<root>/femnist/data/{train,test}`` (LEAF's tree), or ``<root>/femnist/{train,test}``, or ``<root>/{train,test}``."""
+    """``<root>/femnist/data/{train,test}`` (LEAF's tree), or ``<root>/femnist/{train,test}``, or
+    ``<root>/{train,test}``."""
     looked = [root / "femnist" / "data", root / "femnist", root]
     for base in looked:
         if any((base / "train").glob("*.json")) and any((base / "test").glob("*.json")):
             return base / "train", base / "test"
-    raise ConfigError("dataset.root", str(root), f"femnist not found; looked in {', '.join(str(b) for b in looked)} "
-                                                 f"for {LAYOUT}")
+    raise ConfigError(
+        "dataset.root", str(root), f"femnist not found; looked in {', '.join(str(b) for b in looked)} for {LAYOUT}"
+    )
 
 
 def read_split(folder: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -44,16 +50,20 @@ def read_split(folder: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
                 d = node["user_data"][user]
                 x = np.asarray(d["x"], dtype=np.float64).reshape(-1, 28, 28)
                 y = np.asarray(d["y"], dtype=np.int64)
-                if len(x) != len(y) or (len(x) and (x.min() < 0 or x.max() > 1 or y.min() < 0 or y.max() >= len(CLASSES))):
+                if len(x) != len(y) or (
+                    len(x) and (x.min() < 0 or x.max() > 1 or y.min() < 0 or y.max() >= len(CLASSES))
+                ):
                     raise ValueError(f"user {user}: {len(x)} images, {len(y)} labels, pixels/labels out of range")
                 u8 = np.rint(x * 255)
-                if np.abs(u8 - x * 255).max(initial=0) > 1e-3:   # LEAF stores grey/255; anything else would be rounded
+                if np.abs(u8 - x * 255).max(initial=0) > 1e-3:  # LEAF stores grey/255; anything else would be rounded
                     raise ValueError(f"user {user}: pixel values are not multiples of 1/255")
                 if user in out:
                     raise ValueError(f"user {user} appears twice")
                 out[user] = (u8.astype(np.uint8), y)
         except (ValueError, KeyError, TypeError) as e:
-            raise ConfigError("dataset.root", str(f), f"not a LEAF FEMNIST file ({type(e).__name__}: {e}); expected {LAYOUT}") from None
+            raise ConfigError(
+                "dataset.root", str(f), f"not a LEAF FEMNIST file ({type(e).__name__}: {e}); expected {LAYOUT}"
+            ) from None
     return out
 
 
@@ -63,13 +73,21 @@ def load_femnist(cfg):
     from fedbench.data.datasets import _raw
 
     if cfg.download:
-        raise ConfigError("dataset.download", True, f"FEMNIST has no downloader here: run LEAF's data/femnist/preprocess.sh "
-                                                    f"where there is internet and copy its data/ folder ({LAYOUT})")
+        raise ConfigError(
+            "dataset.download",
+            True,
+            f"FEMNIST has no downloader here: run LEAF's data/femnist/preprocess.sh "
+            f"where there is internet and copy its data/ folder ({LAYOUT})",
+        )
     train_dir, test_dir = leaf_dirs(Path(cfg.root))
     train, test = read_split(train_dir), read_split(test_dir)
     if set(train) != set(test):
-        raise ConfigError("dataset.root", cfg.root, f"the train and test files hold different writers ({len(train)} vs "
-                                                    f"{len(test)}): LEAF must split by sample (preprocess.sh -t sample)")
+        raise ConfigError(
+            "dataset.root",
+            cfg.root,
+            f"the train and test files hold different writers ({len(train)} vs "
+            f"{len(test)}): LEAF must split by sample (preprocess.sh -t sample)",
+        )
     writers = sorted(train)
 
     def stack(split):

@@ -18,6 +18,7 @@ Common option ``test_split`` (per-client test sets):
   * ``global``  test = the whole official test split (ECL's class-averaged metric).
 ``complementary_pairs`` adds ``balanced`` (FedCOM's 2-class balanced test).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -71,7 +72,7 @@ def _choice(cfg, key, allowed):
 
 def _check_test_split(cfg, allowed=TEST_SPLITS) -> str:
     ts = _choice(cfg, "test_split", allowed)
-    if ts == "local":   # 0 would leave every client without a test set (accuracy NaN)
+    if ts == "local":  # 0 would leave every client without a test set (accuracy NaN)
         _number(cfg, "test_fraction", 0, 1, lo_open=True, hi_open=True)
     elif ts == "matched" and _opt(cfg, "test_per_client") is not None:
         _number(cfg, "test_per_client", 1, None, integer=True)
@@ -197,9 +198,13 @@ def _hetero_dir(by_class, n, num_clients, alpha, need, rng, key, value):
         parts, sizes = _hetero_dir_once(by_class, n, num_clients, alpha, rng)
         if sizes.min() >= need:
             return parts
-    raise ConfigError(key, value, f"no Dirichlet draw (alpha={alpha}, {num_clients} clients, {n} samples) gave "
-                                  f"every client ≥ {need} samples in {MAX_DIRICHLET_TRIES} tries; raise alpha"
-                                  + (" or lower min_size" if key.endswith("min_size") else ""))
+    raise ConfigError(
+        key,
+        value,
+        f"no Dirichlet draw (alpha={alpha}, {num_clients} clients, {n} samples) gave "
+        f"every client ≥ {need} samples in {MAX_DIRICHLET_TRIES} tries; raise alpha"
+        + (" or lower min_size" if key.endswith("min_size") else ""),
+    )
 
 
 def _creff(idx, y, num_classes, num_clients, alpha, rng):
@@ -275,12 +280,19 @@ def shards(cfg, labels, n_train, num_classes, num_clients, rng) -> Partition:
     """
     per_client = _number(cfg, "shards_per_client", 1, None, integer=True)
     # null = exactly enough shards for every client (clients × shards_per_client)
-    num_shards = num_clients * per_client if _opt(cfg, "num_shards") is None else _number(cfg, "num_shards", 1, None, integer=True)
+    num_shards = (
+        num_clients * per_client
+        if _opt(cfg, "num_shards") is None
+        else _number(cfg, "num_shards", 1, None, integer=True)
+    )
     _check_test_split(cfg)
     _check_clients(num_clients, n_train)
     if num_shards != num_clients * per_client:
-        raise ConfigError("partition.num_shards", num_shards,
-                          f"clients × shards_per_client = {num_clients * per_client} (or null for exactly that)")
+        raise ConfigError(
+            "partition.num_shards",
+            num_shards,
+            f"clients × shards_per_client = {num_clients * per_client} (or null for exactly that)",
+        )
     if num_shards > n_train:
         raise ConfigError("partition.num_shards", num_shards, f"≤ {n_train} train samples (non-empty shards)")
     perm = rng.permutation(n_train)
@@ -336,14 +348,17 @@ def dominant_groups(cfg, labels, n_train, num_classes, num_clients, rng) -> Part
         if empty:
             raise ConfigError("partition.labels_per_group", L, f"labels with samples in the pool (missing {empty})")
         avail = np.array([len(p) for p in per_label])
-        short = np.flatnonzero(need > avail)   # a client would take a sample twice
+        short = np.flatnonzero(need > avail)  # a client would take a sample twice
         if len(short):
             c = int(short[0])
-            per_sample = s / C + (1 - s) / L   # share of a client's samples that one of its group's labels gets
-            raise ConfigError("partition.samples_per_client", n,
-                              f"at most about {int(avail[c] / per_sample)}: a client of group {g} needs {int(need[c])} "
-                              f"distinct samples of label {c}, the pool has {int(avail[c])} "
-                              f"({'train+test' if use_test_pool else 'train'} split)")
+            per_sample = s / C + (1 - s) / L  # share of a client's samples that one of its group's labels gets
+            raise ConfigError(
+                "partition.samples_per_client",
+                n,
+                f"at most about {int(avail[c] / per_sample)}: a client of group {g} needs {int(need[c])} "
+                f"distinct samples of label {c}, the pool has {int(avail[c])} "
+                f"({'train+test' if use_test_pool else 'train'} split)",
+            )
 
     pointer = np.zeros(C, np.int64)
     clients = []
@@ -397,7 +412,7 @@ def complementary_pairs(cfg, labels, n_train, num_classes, num_clients, rng) -> 
     of class a and the rest of class b's minority share; client 2p+1 the complement,
     so each pair uses its classes' whole train split without overlap. ``noise``: each
     client also gets a random class of another pair, as many samples as its minority
-    count, drawn from that class's train pool (overlapping other clients) [REC].
+    count, drawn from that class's train pool (overlapping other clients; our choice).
     Test ``balanced``: all official test samples of the client's two classes,
     the larger class subsampled to the smaller's count.
     """
@@ -455,8 +470,12 @@ def natural(cfg, labels, n_train, num_classes, num_clients, rng, attrs=None) -> 
     by = _opt(cfg, "by")
     ts = _check_test_split(cfg, ("local", "official"))
     if not attrs or by not in attrs:
-        raise ConfigError("partition.by", by, f"a per-sample attribute of the dataset ({', '.join(attrs or {}) or 'this dataset has none'}; "
-                                              "dataset=femnist has writer)")
+        raise ConfigError(
+            "partition.by",
+            by,
+            f"a per-sample attribute of the dataset ({', '.join(attrs or {}) or 'this dataset has none'}; "
+            "dataset=femnist has writer)",
+        )
     who = np.asarray(attrs[by], dtype=np.int64)
     present = np.unique(who[:n_train])
     if not isinstance(num_clients, (int, np.integer)) or not 1 <= num_clients <= len(present):
@@ -479,11 +498,18 @@ PARTITIONS = {
     "complementary_pairs": complementary_pairs,
     "natural": natural,
 }
-NEEDS_ATTRS = {"natural"}   # partitions that read the dataset's per-sample attributes (Dataset.attrs)
+NEEDS_ATTRS = {"natural"}  # partitions that read the dataset's per-sample attributes (Dataset.attrs)
 
 
-def make_partition(cfg, labels: np.ndarray, n_train: int, num_classes: int, num_clients: int,
-                   rng: np.random.Generator, attrs: dict | None = None) -> Partition:
+def make_partition(
+    cfg,
+    labels: np.ndarray,
+    n_train: int,
+    num_classes: int,
+    num_clients: int,
+    rng: np.random.Generator,
+    attrs: dict | None = None,
+) -> Partition:
     """Partition the pool ``labels`` (train split ``[0, n_train)``) with ``PARTITIONS[cfg.name]``; ``attrs`` = the
     dataset's per-sample attributes (e.g. FEMNIST's writer), read by the partitions in :data:`NEEDS_ATTRS`."""
     name = cfg.get("name")

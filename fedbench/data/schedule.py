@@ -15,6 +15,7 @@ original samples (seeded by (seed, client, class)), so a later, smaller step kee
 Only training data change: the test splits, the other classes and the other clients stay as partitioned; FedAvg's
 aggregation weights |D_i| follow the current sizes.
 """
+
 from __future__ import annotations
 
 import math
@@ -42,8 +43,12 @@ class DataSchedule:
         self.original = [np.asarray(i).copy() for i in train_idx]
         cells = {(s["client"], s["class"]) for s in steps}
         # (client, class) -> its original samples of the class in a fixed random order (keep = a prefix)
-        self.order = {(k, c): seeding.rng(seed, "data_schedule", k, c).permutation(
-            self.original[k][labels[self.original[k]] == c]) for k, c in sorted(cells)}
+        self.order = {
+            (k, c): seeding.rng(seed, "data_schedule", k, c).permutation(
+                self.original[k][labels[self.original[k]] == c]
+            )
+            for k, c in sorted(cells)
+        }
         self.in_effect: dict = {}
 
     @classmethod
@@ -55,8 +60,12 @@ class DataSchedule:
         if not OmegaConf.is_list(node):
             raise ConfigError("data_schedule", node, "a list of {round, client, class, keep | keep_fraction}")
         if cfg.algorithm.name not in FOLLOWS_SCHEDULE:
-            raise ConfigError("data_schedule", "[...]", f"only with {', '.join(FOLLOWS_SCHEDULE)} (algorithm.name="
-                              f"{cfg.algorithm.name} keeps state computed from the initial class counts)")
+            raise ConfigError(
+                "data_schedule",
+                "[...]",
+                f"only with {', '.join(FOLLOWS_SCHEDULE)} (algorithm.name="
+                f"{cfg.algorithm.name} keeps state computed from the initial class counts)",
+            )
         labels = data.y.cpu().numpy()
         steps = []
         for i, raw in enumerate(node):
@@ -66,16 +75,22 @@ class DataSchedule:
                 raise ConfigError(key, s, "a mapping with round, client, class and one of keep / keep_fraction")
             if ("keep" in s) == ("keep_fraction" in s):
                 raise ConfigError(key, s, "exactly one of keep (samples) or keep_fraction (of the class's samples)")
-            checks = (("round", lambda v: _int(v) and v >= 1, "an integer >= 1 (the first round with the reduced data)"),
-                      ("client", lambda v: _int(v) and 0 <= v < data.num_clients, f"a client id in [0, {data.num_clients})"),
-                      ("class", lambda v: _int(v) and 0 <= v < data.num_classes, f"a class id in [0, {data.num_classes})"))
+            checks = (
+                ("round", lambda v: _int(v) and v >= 1, "an integer >= 1 (the first round with the reduced data)"),
+                ("client", lambda v: _int(v) and 0 <= v < data.num_clients, f"a client id in [0, {data.num_clients})"),
+                ("class", lambda v: _int(v) and 0 <= v < data.num_classes, f"a class id in [0, {data.num_classes})"),
+            )
             for k, ok, allowed in checks:
                 if not ok(s[k]):
                     raise ConfigError(f"{key}.{k}", s[k], allowed)
             have = int((labels[data.train_idx[s["client"]]] == s["class"]).sum())
             if "keep" in s and not (_int(s["keep"]) and 0 <= s["keep"] <= have):
-                raise ConfigError(f"{key}.keep", s["keep"], f"an integer in [0, {have}] (client {s['client']} has {have} "
-                                  f"training samples of class {s['class']})")
+                raise ConfigError(
+                    f"{key}.keep",
+                    s["keep"],
+                    f"an integer in [0, {have}] (client {s['client']} has {have} "
+                    f"training samples of class {s['class']})",
+                )
             if "keep_fraction" in s:
                 f = s["keep_fraction"]
                 if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 <= f <= 1:
@@ -113,7 +128,7 @@ class DataSchedule:
             data = run.data
             data.train_idx = self.train_idx(t)
             data.counts = np.stack([np.bincount(self.labels[i], minlength=self.num_classes) for i in data.train_idx])
-            run.algorithm.n = data.train_sizes()            # Algorithm.n: the aggregation weights |D_i|
+            run.algorithm.n = data.train_sizes()  # Algorithm.n: the aggregation weights |D_i|
             if hasattr(run.algorithm, "data_changed"):
                 run.algorithm.data_changed()
             if getattr(run, "forgetting", None) is not None:

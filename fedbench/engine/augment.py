@@ -4,6 +4,7 @@ Random parameters are drawn for a whole local-training job before its step loop,
 generator keyed by (seed, purpose, round, client) (:func:`draw_job`), so the sequential and vectorized
 executors augment every sample identically and the step loop never waits for the host.
 """
+
 from __future__ import annotations
 
 import torch
@@ -21,7 +22,7 @@ class RandomCropFlip:
         self.padding = int(padding)
         self.hflip = bool(hflip)
         self.fill = fill
-        self._border: dict = {}   # (device, dtype, H, W) -> the fill of the padding border, made once
+        self._border: dict = {}  # (device, dtype, H, W) -> the fill of the padding border, made once
 
     def draw(self, n: int, gen: torch.Generator, device=None) -> torch.Tensor:
         """[n, 3] random parameters (row offset, column offset, flip) for n samples, drawn on ``gen``'s device."""
@@ -54,10 +55,12 @@ class RandomCropFlip:
         step never copies the fill values from the host)."""
         B, C, H, W = x.shape
         key = (x.device, x.dtype, H, W)
-        if key not in self._border:   # (draw_job makes it before a step loop: the loop itself never copies)
+        if key not in self._border:  # (draw_job makes it before a step loop: the loop itself never copies)
             p = self.padding
             inside = F.pad(torch.ones(1, 1, H, W, device=x.device, dtype=x.dtype), (p, p, p, p))
-            self._border[key] = (1 - inside) * torch.as_tensor(self.fill, dtype=x.dtype, device=x.device).view(1, C, 1, 1)
+            self._border[key] = (1 - inside) * torch.as_tensor(self.fill, dtype=x.dtype, device=x.device).view(
+                1, C, 1, 1
+            )
         return self._border[key]
 
     def __call__(self, x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:

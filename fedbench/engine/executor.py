@@ -15,6 +15,7 @@ the device; the loop never waits for the host. With ``max_memory`` the clients a
 On a 2-core CPU the sequential loop is about 2x faster (vmapped convolutions become grouped
 convolutions); on a GPU stacking removes launch overhead. ``executor=auto`` picks accordingly.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -46,18 +47,18 @@ class LocalJob:
     params: Stack
     buffers: Stack
     trainable: list[str]
-    schedule: list[list[torch.Tensor]]   # per client: index arrays/tensors (into x/y) of its steps
+    schedule: list[list[torch.Tensor]]  # per client: index arrays/tensors (into x/y) of its steps
     x: torch.Tensor
     y: torch.Tensor
     opt: optim.OptimSpec
-    opt_state: Stack | None = None      # persisted optimizer state (or None: fresh)
-    loss: Callable = cross_entropy      # loss(fm, params, buffers, x, y, ctx) -> scalar, for ONE client
-    ctx: Stack = field(default_factory=dict)      # per-client constants [M, ...]
-    shared: dict = field(default_factory=dict)    # constants common to all clients
-    augment: object | None = None       # training-time augmentation (augment.RandomCropFlip: draw + apply)
-    aug_key: tuple = ()                 # (seed, purpose, round, ...) + (client id,) keys a client's augmentation draws
+    opt_state: Stack | None = None  # persisted optimizer state (or None: fresh)
+    loss: Callable = cross_entropy  # loss(fm, params, buffers, x, y, ctx) -> scalar, for ONE client
+    ctx: Stack = field(default_factory=dict)  # per-client constants [M, ...]
+    shared: dict = field(default_factory=dict)  # constants common to all clients
+    augment: object | None = None  # training-time augmentation (augment.RandomCropFlip: draw + apply)
+    aug_key: tuple = ()  # (seed, purpose, round, ...) + (client id,) keys a client's augmentation draws
     client_ids: list[int] | None = None
-    pack: int = 1                       # batches per step (a step's indices = ``pack`` equal sub-batches)
+    pack: int = 1  # batches per step (a step's indices = ``pack`` equal sub-batches)
 
 
 @dataclass
@@ -65,8 +66,8 @@ class LocalResult:
     params: Stack
     buffers: Stack
     opt_state: Stack
-    loss: torch.Tensor     # [M] mean training loss per client
-    steps: torch.Tensor    # [M] number of local steps
+    loss: torch.Tensor  # [M] mean training loss per client
+    steps: torch.Tensor  # [M] number of local steps
 
 
 def memory_budget(max_memory, device: torch.device) -> float | None:
@@ -92,14 +93,20 @@ class Executor:
     name = "base"
     vectorized = False
 
-    def __init__(self, precision: str = "fp32", channels_last: bool = False, eval_batch: int = 1000, workers: int = 1,
-                 max_memory=None):
+    def __init__(
+        self,
+        precision: str = "fp32",
+        channels_last: bool = False,
+        eval_batch: int = 1000,
+        workers: int = 1,
+        max_memory=None,
+    ):
         self.precision = precision
         self.channels_last = channels_last
         self.eval_batch = eval_batch
         self.workers = workers
         self.max_memory = max_memory
-        self.loop_mode: Callable | None = None   # a context entered around every step loop (diagnostics: syncs.py)
+        self.loop_mode: Callable | None = None  # a context entered around every step loop (diagnostics: syncs.py)
         self._said: set = set()
 
     def autocast(self, device: torch.device):
@@ -135,15 +142,23 @@ class Executor:
         return t
 
     @torch.no_grad()
-    def predict(self, fm: FModel, params: Stack, buffers: Stack, x: torch.Tensor, idx: list[torch.Tensor]) -> list[torch.Tensor]:
+    def predict(
+        self, fm: FModel, params: Stack, buffers: Stack, x: torch.Tensor, idx: list[torch.Tensor]
+    ) -> list[torch.Tensor]:
         """Eval-mode logits of client m's model on samples ``x[idx[m]]``, for every m."""
         fm.set_mode(False)
         out = []
         for m, ids in enumerate(idx):
             p = {k: self._fmt(v[m]) for k, v in params.items()}
             b = row(buffers, m)
-            out.append(torch.cat([fm(p, b, self._fmt(x.index_select(0, ids[i:i + self.eval_batch])))
-                                  for i in range(0, max(1, len(ids)), self.eval_batch)]))
+            out.append(
+                torch.cat(
+                    [
+                        fm(p, b, self._fmt(x.index_select(0, ids[i : i + self.eval_batch])))
+                        for i in range(0, max(1, len(ids)), self.eval_batch)
+                    ]
+                )
+            )
         fm.set_mode(True)
         return out
 
@@ -202,14 +217,14 @@ class SequentialExecutor(Executor):
         b = {k: v[m].clone() for k, v in B.items()}
         s = {k: v[m].clone() for k, v in S.items()}
         ctx = {**job.shared, **row(job.ctx, m)}
-        total = torch.zeros((), dtype=torch.float64, device=device)   # the sum of the step losses, as the vectorized one
+        total = torch.zeros((), dtype=torch.float64, device=device)  # the sum of the step losses, as the vectorized one
         o = pl.offsets[m]
         with self._loop():
             for step in range(pl.steps[m]):
-                idx = pl.flat[o[step]:o[step + 1]]
+                idx = pl.flat[o[step] : o[step + 1]]
                 x = job.x.index_select(0, idx)
                 if aug is not None:
-                    x = job.augment.apply(x, aug[o[step]:o[step + 1]])
+                    x = job.augment.apply(x, aug[o[step] : o[step + 1]])
                 x = self._fmt(x)
                 y = job.y.index_select(0, idx)
                 with self.autocast(device):
@@ -234,15 +249,18 @@ class VectorizedExecutor(Executor):
 
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)
-        self._probed: dict = {}   # job signature -> bytes of one client-step's working memory (probe step)
+        self._probed: dict = {}  # job signature -> bytes of one client-step's working memory (probe step)
 
     def train(self, job: LocalJob) -> LocalResult:
         pl, aug = self._plan(job, padded=True)
         if pl.has_padding and not (is_pad_aware(job.loss) and job.fm.pads_ok):
             what = getattr(job.loss, "__qualname__", repr(job.loss))
-            self._say_once(("sequential", what), f"fedbench: the local objective {what} is not marked pad-aware (or the "
-                           "model has a layer that reads the whole batch), and its clients' batches differ in size: "
-                           "those jobs run on the sequential executor (same results, slower); see fedbench/engine/masking.py")
+            self._say_once(
+                ("sequential", what),
+                f"fedbench: the local objective {what} is not marked pad-aware (or the "
+                "model has a layer that reads the whole batch), and its clients' batches differ in size: "
+                "those jobs run on the sequential executor (same results, slower); see fedbench/engine/masking.py",
+            )
             seq = SequentialExecutor(precision=self.precision, eval_batch=self.eval_batch)
             seq.loop_mode = self.loop_mode
             return seq.train(job, (pl, aug))
@@ -250,13 +268,16 @@ class VectorizedExecutor(Executor):
         order = pl.order
         perm = None if order == list(range(m_count)) else torch.tensor(order)
 
-        def take(d: Stack, rows=slice(None)) -> Stack:   # rows of the stacks in `order`
+        def take(d: Stack, rows=slice(None)) -> Stack:  # rows of the stacks in `order`
             if perm is None:
                 return {k: v[rows].clone() for k, v in d.items()}
             return {k: v[perm[rows].to(v.device)] for k, v in d.items()}
 
-        state0 = job.opt_state if job.opt_state is not None else \
-            optim.init_state(job.opt, job.params, job.trainable, lead=(m_count,))
+        state0 = (
+            job.opt_state
+            if job.opt_state is not None
+            else optim.init_state(job.opt, job.params, job.trainable, lead=(m_count,))
+        )
         P, B, S, C = take(job.params), take(job.buffers), take(state0), take(job.ctx)
         aug_rows = aug[pl.rows] if aug is not None else None
         losses = torch.zeros(m_count, dtype=torch.float64, device=dev)
@@ -275,15 +296,18 @@ class VectorizedExecutor(Executor):
                 if b - a == 1:
                     raise
                 chunk = (b - a) // 2
-                self._say_once("oom", f"fedbench: out of memory training {b - a} clients in one call; retrying with "
-                               f"{chunk} per call (hardware.max_memory sets the budget)")
-                for d, src in ((P, job.params), (B, job.buffers), (S, state0)):   # this block starts over
+                self._say_once(
+                    "oom",
+                    f"fedbench: out of memory training {b - a} clients in one call; retrying with "
+                    f"{chunk} per call (hardware.max_memory sets the budget)",
+                )
+                for d, src in ((P, job.params), (B, job.buffers), (S, state0)):  # this block starts over
                     for k, v in take(src, slice(a, b)).items():
                         d[k][a:b] = v
                 losses[a:b] = 0
                 if dev.type == "cuda":
                     torch.cuda.empty_cache()
-        if perm is not None:   # back to the job's client order
+        if perm is not None:  # back to the job's client order
             inv = torch.empty_like(perm)
             inv[perm] = torch.arange(m_count)
             P, B, S = ({k: v[inv.to(v.device)] for k, v in d.items()} for d in (P, B, S))
@@ -294,6 +318,7 @@ class VectorizedExecutor(Executor):
     @staticmethod
     def _mapped(job: LocalJob) -> tuple:
         """The job's loss over a batch of clients (vmap), for plain and for padded batches."""
+
         def one_client(p, b, x, y, ctx, shared):
             return job.loss(job.fm, p, b, x, y, {**shared, **ctx})
 
@@ -309,26 +334,29 @@ class VectorizedExecutor(Executor):
         mapped, mapped_padded = calls
         lb = pl.L // max(1, pl.pack)
         for t in range(pl.steps[pl.order[a]]):
-            n = min(b, pl.active[t]) - a     # the clients still training are a prefix: views, no copies
+            n = min(b, pl.active[t]) - a  # the clients still training are a prefix: views, no copies
             r = pl.row0[t] + a
-            idx = pl.index[r:r + n]
+            idx = pl.index[r : r + n]
             x, y = job.x[idx], job.y[idx]
             if aug_rows is not None:
-                x = job.augment.apply(x.flatten(0, 1), aug_rows[r:r + n].flatten(0, 1)).unflatten(0, (n, pl.L))
-            leaves = {k: (v[a:a + n].detach().requires_grad_(True) if k in trainable else v[a:a + n]) for k, v in P.items()}
-            bufs = {k: v[a:a + n] for k, v in B.items()}         # BatchNorm updates them in place
-            state = {k: v[a:a + n] for k, v in S.items()}
-            ctx = {k: v[a:a + n] for k, v in C.items()}
+                x = job.augment.apply(x.flatten(0, 1), aug_rows[r : r + n].flatten(0, 1)).unflatten(0, (n, pl.L))
+            leaves = {
+                k: (v[a : a + n].detach().requires_grad_(True) if k in trainable else v[a : a + n])
+                for k, v in P.items()
+            }
+            bufs = {k: v[a : a + n] for k, v in B.items()}  # BatchNorm updates them in place
+            state = {k: v[a : a + n] for k, v in S.items()}
+            ctx = {k: v[a : a + n] for k, v in C.items()}
             with self.autocast(job.x.device):
                 if pl.padded[t]:
-                    real = pl.real[r:r + n]
+                    real = pl.real[r : r + n]
                     loss = mapped_padded(leaves, bufs, x, torch.where(real, y, IGNORE), ctx, job.shared, real[:, :lb])
                 else:
                     loss = mapped(leaves, bufs, x, y, ctx, job.shared)
             tl = [leaves[k] for k in job.trainable]
             grads = list(torch.autograd.grad(loss.sum(), tl))
-            optim.step(job.opt, tl, grads, job.trainable, state, batched=True)   # in place: the leaves view P
-            losses[a:a + n] += loss.detach().to(torch.float64)
+            optim.step(job.opt, tl, grads, job.trainable, state, batched=True)  # in place: the leaves view P
+            losses[a : a + n] += loss.detach().to(torch.float64)
 
     # ---- memory ---------------------------------------------------------------------------------------------
     def chunk_size(self, job: LocalJob) -> int:
@@ -361,17 +389,25 @@ class VectorizedExecutor(Executor):
         the allocator's peak, on the CPU the tensors autograd saves (twice: their gradients are as large) — plus
         the batch (and its augmented copy), the gradients and the optimizer's temporaries (3x the trained
         parameters)."""
-        key = (getattr(job.loss, "__qualname__", id(job.loss)), tuple(job.trainable), pl.L, tuple(job.x.shape[1:]),
-               job.x.dtype, self.precision)
+        key = (
+            getattr(job.loss, "__qualname__", id(job.loss)),
+            tuple(job.trainable),
+            pl.L,
+            tuple(job.x.shape[1:]),
+            job.x.dtype,
+            self.precision,
+        )
         if key in self._probed:
             return self._probed[key]
         dev, m0 = job.x.device, pl.order[0]
         trainable = set(job.trainable)
-        p = {k: (v[m0:m0 + 1].detach().clone().requires_grad_(True) if k in trainable else v[m0:m0 + 1])
-             for k, v in job.params.items()}
-        b = {k: v[m0:m0 + 1].clone() for k, v in job.buffers.items()}
-        ctx = {k: v[m0:m0 + 1] for k, v in job.ctx.items()}
-        x, y = job.x[pl.index[:1]], job.y[pl.index[:1]]   # row 0: client m0's first step
+        p = {
+            k: (v[m0 : m0 + 1].detach().clone().requires_grad_(True) if k in trainable else v[m0 : m0 + 1])
+            for k, v in job.params.items()
+        }
+        b = {k: v[m0 : m0 + 1].clone() for k, v in job.buffers.items()}
+        ctx = {k: v[m0 : m0 + 1] for k, v in job.ctx.items()}
+        x, y = job.x[pl.index[:1]], job.y[pl.index[:1]]  # row 0: client m0's first step
         saved: dict = {}
 
         def keep(t):
@@ -386,21 +422,27 @@ class VectorizedExecutor(Executor):
         with torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t), self.autocast(dev):
             if pl.padded[0]:
                 real = pl.real[:1]
-                loss = calls[1](p, b, x, torch.where(real, y, IGNORE), ctx, job.shared, real[:, :pl.L // max(1, pl.pack)])
+                loss = calls[1](
+                    p, b, x, torch.where(real, y, IGNORE), ctx, job.shared, real[:, : pl.L // max(1, pl.pack)]
+                )
             else:
                 loss = calls[0](p, b, x, y, ctx, job.shared)
         torch.autograd.grad(loss.sum(), [p[k] for k in job.trainable])
         act = 2 * sum(saved.values())
         if dev.type == "cuda":
             act = max(act, torch.cuda.max_memory_allocated(dev) - before)
-        per = act + 2 * x.numel() * x.element_size() + 3 * sum(p[k].numel() * p[k].element_size() for k in job.trainable)
+        per = (
+            act + 2 * x.numel() * x.element_size() + 3 * sum(p[k].numel() * p[k].element_size() for k in job.trainable)
+        )
         self._probed[key] = int(per)
         return int(per)
 
     @torch.no_grad()
-    def predict(self, fm: FModel, params: Stack, buffers: Stack, x: torch.Tensor, idx: list[torch.Tensor]) -> list[torch.Tensor]:
+    def predict(
+        self, fm: FModel, params: Stack, buffers: Stack, x: torch.Tensor, idx: list[torch.Tensor]
+    ) -> list[torch.Tensor]:
         """Clients stacked, samples padded to the longest client (eval mode: no cross-sample interaction)."""
-        if fm.eval_uses_batch_stats:   # padding would enter the batch statistics: evaluate client by client
+        if fm.eval_uses_batch_stats:  # padding would enter the batch statistics: evaluate client by client
             return super().predict(fm, params, buffers, x, idx)
         fm.set_mode(False)
         n = max((len(i) for i in idx), default=0)
@@ -416,8 +458,15 @@ class VectorizedExecutor(Executor):
         return [logits[m, : len(ids)] if logits is not None else x.new_zeros((0,)) for m, ids in enumerate(idx)]
 
 
-def make_executor(name: str, device: torch.device, precision: str = "fp32", channels_last: bool = False,
-                  eval_batch: int = 1000, workers: int | str = 1, max_memory=None) -> Executor:
+def make_executor(
+    name: str,
+    device: torch.device,
+    precision: str = "fp32",
+    channels_last: bool = False,
+    eval_batch: int = 1000,
+    workers: int | str = 1,
+    max_memory=None,
+) -> Executor:
     """``auto``: sequential on CPU (measured faster there), vectorized on CUDA. ``workers`` (sequential on CPU):
     clients trained in parallel threads; ``auto`` = one per intra-op thread torch would use. ``channels_last``
     applies to the sequential executor on the CPU only (measured faster there; under vmap it falls back to slow
@@ -427,5 +476,10 @@ def make_executor(name: str, device: torch.device, precision: str = "fp32", chan
     cls = {"sequential": SequentialExecutor, "vectorized": VectorizedExecutor}[name]
     if workers == "auto":
         workers = torch.get_num_threads() if device.type == "cpu" else 1
-    return cls(precision=precision, channels_last=channels_last and name == "sequential" and device.type == "cpu",
-               eval_batch=eval_batch, workers=int(workers) if name == "sequential" else 1, max_memory=max_memory)
+    return cls(
+        precision=precision,
+        channels_last=channels_last and name == "sequential" and device.type == "cpu",
+        eval_batch=eval_batch,
+        workers=int(workers) if name == "sequential" else 1,
+        max_memory=max_memory,
+    )

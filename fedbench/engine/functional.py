@@ -1,4 +1,5 @@
 """The model as a pure function of (params, buffers, inputs), via ``torch.func.functional_call``."""
+
 from __future__ import annotations
 
 import contextlib
@@ -23,15 +24,16 @@ class FModel:
 
     def __init__(self, net: SplitNet):
         self._net = net
-        self._local = threading.local()   # a worker thread's own copy of the module (functional_call swaps
+        self._local = threading.local()  # a worker thread's own copy of the module (functional_call swaps
         self._copies: list[SplitNet] = []  # parameters into the module it is given, so threads must not share one)
         self.param_names = [n for n, _ in net.named_parameters()]
         self.buffer_names = [n for n, _ in net.named_buffers()]
         # BatchNorm without running statistics normalises eval batches by their own statistics (CAFeMe's
         # networks): then the samples of one forward pass interact and evaluation must not pad batches
-        self.eval_uses_batch_stats = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and not m.track_running_stats
-                                         for m in net.modules())
-        self.pads_ok = model_pads_ok(net)   # padded batches cannot leak into real samples (engine/masking.py)
+        self.eval_uses_batch_stats = any(
+            isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and not m.track_running_stats for m in net.modules()
+        )
+        self.pads_ok = model_pads_ok(net)  # padded batches cannot leak into real samples (engine/masking.py)
 
     @property
     def net(self) -> SplitNet:
@@ -64,8 +66,14 @@ class FModel:
     def init_state(self, dtype=torch.float32, device="cpu"):
         """Copies of the net's initial parameters and buffers (as one client's model)."""
         p = {k: v.detach().clone().to(device=device, dtype=dtype) for k, v in self.net.named_parameters()}
-        b = {k: (v.detach().clone().to(device=device, dtype=dtype) if v.is_floating_point() else v.detach().clone().to(device))
-             for k, v in self.net.named_buffers()}
+        b = {
+            k: (
+                v.detach().clone().to(device=device, dtype=dtype)
+                if v.is_floating_point()
+                else v.detach().clone().to(device)
+            )
+            for k, v in self.net.named_buffers()
+        }
         return p, b
 
     def names(self, scope: str) -> list[str]:

@@ -17,6 +17,7 @@ Packs (``batches_per_step`` = k, e.g. a MAML step): each of the k sub-batches of
 ``x.unflatten(0, (k, -1))`` still splits a padded pack into its sub-batches, every one with the same padding
 pattern (the sub-batches of one client-step have equal sizes).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -26,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-IGNORE = -100   # label of a padding sample (torch's default ignore_index)
+IGNORE = -100  # label of a padding sample (torch's default ignore_index)
 
 _local = threading.local()
 
@@ -84,8 +85,7 @@ class _MaskedBatchNorm(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-def masked_batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1,
-                      eps=1e-5):
+def masked_batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
     """``F.batch_norm`` over the real samples of the current padded batch (see :func:`padded_batch`): the same
     normalisation (biased variance) and running-statistics update (unbiased variance, ``momentum``) as torch's."""
     mask = getattr(_local, "real", None)
@@ -93,8 +93,10 @@ def masked_batch_norm(input, running_mean, running_var, weight=None, bias=None, 
         return F.batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps)
     n_in, lb = input.shape[0], mask.shape[0]
     if n_in % lb:
-        raise RuntimeError(f"a BatchNorm layer saw {n_in} samples, not a multiple of the padded (sub-)batch "
-                           f"length {lb}: this model cannot be trained on padded batches")
+        raise RuntimeError(
+            f"a BatchNorm layer saw {n_in} samples, not a multiple of the padded (sub-)batch "
+            f"length {lb}: this model cannot be trained on padded batches"
+        )
     x = input if input.dtype in (torch.float32, torch.float64) else input.float()
     w = mask.repeat(n_in // lb).to(x.dtype).view((-1,) + (1,) * (x.dim() - 1))
     dims = [0, *range(2, x.dim())]
@@ -131,5 +133,14 @@ def model_pads_ok(net: torch.nn.Module) -> bool:
     return True
 
 
-__all__ = ["IGNORE", "batch_mean", "is_pad_aware", "masked_batch_norm", "model_pads_ok", "pad_aware", "padded_batch",
-           "real", "real_labels"]
+__all__ = [
+    "IGNORE",
+    "batch_mean",
+    "is_pad_aware",
+    "masked_batch_norm",
+    "model_pads_ok",
+    "pad_aware",
+    "padded_batch",
+    "real",
+    "real_labels",
+]

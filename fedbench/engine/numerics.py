@@ -8,6 +8,7 @@
   requirement for reproducible matmuls; it must be set before the first cuBLAS call of the process, which setup
   does). Otherwise cuDNN benchmarks its convolution algorithms (faster; the choice may vary run to run on a GPU).
 """
+
 from __future__ import annotations
 
 import os
@@ -18,7 +19,7 @@ import torch
 def set_tf32(on: bool) -> None:
     """TF32 for fp32 matmuls and cuDNN convolutions, both on or both off."""
     mode = "tf32" if on else "ieee"
-    if hasattr(torch.backends.cuda.matmul, "fp32_precision"):   # torch >= 2.9
+    if hasattr(torch.backends.cuda.matmul, "fp32_precision"):  # torch >= 2.9
         torch.backends.cuda.matmul.fp32_precision = mode
         torch.backends.cudnn.conv.fp32_precision = mode
     else:
@@ -29,9 +30,14 @@ def set_tf32(on: bool) -> None:
 def tf32_flags() -> dict:
     """The TF32 settings torch uses now (printed by scripts/gpu_check.sh and scripts/bench.py)."""
     if hasattr(torch.backends.cuda.matmul, "fp32_precision"):
-        return {"matmul": torch.backends.cuda.matmul.fp32_precision, "cudnn_conv": torch.backends.cudnn.conv.fp32_precision}
-    return {"matmul": "tf32" if torch.backends.cuda.matmul.allow_tf32 else "ieee",
-            "cudnn_conv": "tf32" if torch.backends.cudnn.allow_tf32 else "ieee"}
+        return {
+            "matmul": torch.backends.cuda.matmul.fp32_precision,
+            "cudnn_conv": torch.backends.cudnn.conv.fp32_precision,
+        }
+    return {
+        "matmul": "tf32" if torch.backends.cuda.matmul.allow_tf32 else "ieee",
+        "cudnn_conv": "tf32" if torch.backends.cudnn.allow_tf32 else "ieee",
+    }
 
 
 def configure(tf32: bool, deterministic: bool, device: torch.device) -> None:

@@ -1,11 +1,12 @@
 """Local optimizers on per-client or client-stacked tensors.
 
-SGD (momentum, weight decay, Nesterov), Adam and pFedMe's personal-model step are elementwise, so one update applied to a
-tensor with a leading client axis is exactly per-client optimisation. Gradient-norm clipping
+SGD (momentum, weight decay, Nesterov), Adam and pFedMe's personal-model step are elementwise, so one update applied to
+a tensor with a leading client axis is exactly per-client optimisation. Gradient-norm clipping
 is not elementwise: it is computed per client. SGD delegates to torch's own functional SGD.
 Optimizer state is a flat ``dict[str, Tensor]`` (``"<slot>:<param>"``) so it can be stacked,
 gathered and checkpointed like parameters.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from torch.optim.sgd import sgd as torch_sgd
 
 @dataclass(frozen=True)
 class OptimSpec:
-    name: str = "sgd"          # sgd | adam | pfedme
+    name: str = "sgd"  # sgd | adam | pfedme
     lr: float = 0.01
     momentum: float = 0.0
     weight_decay: float = 0.0
@@ -24,14 +25,20 @@ class OptimSpec:
     clip_grad_norm: float | None = None
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-8
-    bounds: tuple[float, float] | None = None   # projected step: clamp the trained tensors into [lo, hi] after each step (FedALA's weights)
-    prox: float = 0.0          # pfedme: λ, the pull of the personal model θ toward the local model w
-    anchor_lr: float = 0.0     # pfedme: η, the local model's step toward θ
-    anchor_every: int = 1      # pfedme: K, inner steps per mini-batch (w moves after every K-th step)
+    bounds: tuple[float, float] | None = (
+        None  # projected step: clamp the trained tensors into [lo, hi] after each step (FedALA's weights)
+    )
+    prox: float = 0.0  # pfedme: λ, the pull of the personal model θ toward the local model w
+    anchor_lr: float = 0.0  # pfedme: η, the local model's step toward θ
+    anchor_every: int = 1  # pfedme: K, inner steps per mini-batch (w moves after every K-th step)
 
     @classmethod
     def from_cfg(cls, cfg) -> "OptimSpec":
-        fields = {k: cfg[k] for k in ("name", "lr", "momentum", "weight_decay", "nesterov", "clip_grad_norm", "eps") if k in cfg}
+        fields = {
+            k: cfg[k]
+            for k in ("name", "lr", "momentum", "weight_decay", "nesterov", "clip_grad_norm", "eps")
+            if k in cfg
+        }
         if "betas" in cfg:
             fields["betas"] = tuple(cfg["betas"])
         return cls(**fields)
@@ -53,7 +60,7 @@ def init_state(spec: OptimSpec, params: dict[str, torch.Tensor], names: list[str
             st[f"exp_avg:{n}"] = torch.zeros_like(params[n])
             st[f"exp_avg_sq:{n}"] = torch.zeros_like(params[n])
         st["step"] = torch.zeros(lead, dtype=torch.float64, device=params[names[0]].device)
-    elif spec.name == "pfedme":   # the local model w starts where θ starts (pFedMe Alg. 1: w_k = θ_k = w^t)
+    elif spec.name == "pfedme":  # the local model w starts where θ starts (pFedMe Alg. 1: w_k = θ_k = w^t)
         for n in names:
             st[f"anchor:{n}"] = params[n].clone()
         st["step"] = torch.zeros(lead, dtype=torch.float64, device=params[names[0]].device)
@@ -73,14 +80,26 @@ def clip_grad_norm_(grads: list[torch.Tensor], max_norm: float, batched: bool) -
 
 
 @torch.no_grad()
-def step(spec: OptimSpec, params: list[torch.Tensor], grads: list[torch.Tensor], names: list[str], state: dict, batched: bool) -> None:
+def step(
+    spec: OptimSpec, params: list[torch.Tensor], grads: list[torch.Tensor], names: list[str], state: dict, batched: bool
+) -> None:
     """One optimizer step, in place on ``params`` and ``state``."""
     if spec.clip_grad_norm:
         clip_grad_norm_(grads, spec.clip_grad_norm, batched)
     if spec.name == "sgd":
         bufs = [state.get(f"momentum_buffer:{n}") for n in names] if spec.momentum > 0 else [None] * len(names)
-        torch_sgd(params, grads, bufs, weight_decay=spec.weight_decay, momentum=spec.momentum, lr=spec.lr,
-                  dampening=0.0, nesterov=spec.nesterov, maximize=False, foreach=True)
+        torch_sgd(
+            params,
+            grads,
+            bufs,
+            weight_decay=spec.weight_decay,
+            momentum=spec.momentum,
+            lr=spec.lr,
+            dampening=0.0,
+            nesterov=spec.nesterov,
+            maximize=False,
+            foreach=True,
+        )
         if spec.momentum > 0:  # torch may replace a buffer object on first use; keep ours current
             for n, b in zip(names, bufs):
                 state[f"momentum_buffer:{n}"] = b
@@ -100,8 +119,8 @@ def _adam(spec, params, grads, names, state, batched):
     b1, b2 = spec.betas
     state["step"] += 1
     t = state["step"]
-    bc1 = 1 - b1 ** t
-    bc2_sqrt = (1 - b2 ** t).sqrt()
+    bc1 = 1 - b1**t
+    bc2_sqrt = (1 - b2**t).sqrt()
     for p, g, n in zip(params, grads, names):
         if spec.weight_decay:
             g = g.add(p, alpha=spec.weight_decay)
@@ -126,5 +145,8 @@ def _pfedme(spec, params, grads, names, state, batched):
     for p, g, n in zip(params, grads, names):
         w = state[f"anchor:{n}"]
         p.sub_(spec.lr * (g + spec.prox * (p - w)))
-        w.copy_(torch.where(due.view((-1,) + (1,) * (p.dim() - 1)) if batched else due,
-                            w - spec.anchor_lr * spec.prox * (w - p), w))
+        w.copy_(
+            torch.where(
+                due.view((-1,) + (1,) * (p.dim() - 1)) if batched else due, w - spec.anchor_lr * spec.prox * (w - p), w
+            )
+        )

@@ -4,6 +4,7 @@ Schedules are drawn from a generator keyed by (seed, round, client, purpose), so
 (and a resumed run) see exactly the same batches. :func:`plan` lays a job's schedule out on the device once,
 before its step loop (one host-to-device copy), so the loop itself never waits for the host.
 """
+
 from __future__ import annotations
 
 import math
@@ -15,8 +16,16 @@ import torch
 from .. import seeding
 
 
-def client_batches(indices: np.ndarray, batch_size: int, rng: np.random.Generator, *, epochs: int | None = None,
-                   steps: int | None = None, drop_last: bool = False, weights: np.ndarray | None = None) -> list[np.ndarray]:
+def client_batches(
+    indices: np.ndarray,
+    batch_size: int,
+    rng: np.random.Generator,
+    *,
+    epochs: int | None = None,
+    steps: int | None = None,
+    drop_last: bool = False,
+    weights: np.ndarray | None = None,
+) -> list[np.ndarray]:
     """Batches for one client: ``epochs`` shuffled passes (or ``steps`` batches, cycling through passes).
 
     ``weights`` switches to sampling with replacement proportional to the weights (class-balanced
@@ -38,15 +47,25 @@ def client_batches(indices: np.ndarray, batch_size: int, rng: np.random.Generato
             p = weights / weights.sum()
             order = indices[rng.choice(n, size=n, replace=True, p=p)]
         for s in range(per_epoch):
-            out.append(order[s * b:(s + 1) * b])
+            out.append(order[s * b : (s + 1) * b])
             if len(out) == want:
                 break
     return out
 
 
-def make_schedule(client_indices: list[np.ndarray], clients: list[int], batch_size: int, seed: int, *key,
-                  epochs: int | None = None, steps: int | None = None, drop_last: bool = False,
-                  weights: list[np.ndarray] | None = None, device="cpu", batches_per_step: int = 1) -> list[list[torch.Tensor]]:
+def make_schedule(
+    client_indices: list[np.ndarray],
+    clients: list[int],
+    batch_size: int,
+    seed: int,
+    *key,
+    epochs: int | None = None,
+    steps: int | None = None,
+    drop_last: bool = False,
+    weights: list[np.ndarray] | None = None,
+    device="cpu",
+    batches_per_step: int = 1,
+) -> list[list[torch.Tensor]]:
     """Per client (in ``clients`` order) the list of index tensors of its local steps.
 
     ``batches_per_step`` = k > 1 makes every step a *pack* of k consecutive mini-batches of equal size
@@ -61,12 +80,21 @@ def make_schedule(client_indices: list[np.ndarray], clients: list[int], batch_si
         g = seeding.rng(seed, "batches", *key, int(k))
         w = None if weights is None else weights[m]
         if k_pack == 1:
-            bs = client_batches(client_indices[m], batch_size, g, epochs=epochs, steps=steps, drop_last=drop_last, weights=w)
+            bs = client_batches(
+                client_indices[m], batch_size, g, epochs=epochs, steps=steps, drop_last=drop_last, weights=w
+            )
         else:
             b = min(batch_size, max(1, len(client_indices[m])))
-            bs = client_batches(client_indices[m], b, g, epochs=epochs, steps=None if steps is None else steps * k_pack,
-                                drop_last=True, weights=w)
-            bs = [np.concatenate(bs[i:i + k_pack]) for i in range(0, len(bs) - k_pack + 1, k_pack)]
+            bs = client_batches(
+                client_indices[m],
+                b,
+                g,
+                epochs=epochs,
+                steps=None if steps is None else steps * k_pack,
+                drop_last=True,
+                weights=w,
+            )
+            bs = [np.concatenate(bs[i : i + k_pack]) for i in range(0, len(bs) - k_pack + 1, k_pack)]
         sched.append([torch.as_tensor(b, dtype=torch.long, device=device) for b in bs])
     return sched
 
@@ -102,7 +130,7 @@ class Plan:
 
     def step(self, m: int, t: int) -> torch.Tensor:
         """Client m's sample indices at step t (a view of ``flat``)."""
-        return self.flat[self.offsets[m][t]:self.offsets[m][t + 1]]
+        return self.flat[self.offsets[m][t] : self.offsets[m][t + 1]]
 
     def span(self, m: int) -> slice:
         """Client m's positions in ``flat`` (all its steps)."""
@@ -113,8 +141,10 @@ def _host(schedule: list[list]) -> list[list[np.ndarray]]:
     """The schedule as host arrays; index tensors already on a device come back in ONE copy."""
     on_dev = [b for s in schedule for b in s if torch.is_tensor(b) and b.device.type != "cpu"]
     back = iter(torch.cat(on_dev).cpu().split([len(b) for b in on_dev]) if on_dev else [])
-    return [[np.asarray(next(back) if torch.is_tensor(b) and b.device.type != "cpu" else b, dtype=np.int64) for b in s]
-            for s in schedule]
+    return [
+        [np.asarray(next(back) if torch.is_tensor(b) and b.device.type != "cpu" else b, dtype=np.int64) for b in s]
+        for s in schedule
+    ]
 
 
 def plan(schedule: list[list], device, pack: int = 1, padded: bool = False) -> Plan:
@@ -153,8 +183,8 @@ def plan(schedule: list[list], device, pack: int = 1, padded: bool = False) -> P
             j = np.arange(lb)
             r = row0[t] + i
             for p in range(k):
-                rows[r, p * lb:(p + 1) * lb] = start + p * b + np.where(j < b, j, 0)
-                real[r, p * lb:(p + 1) * lb] = j < b
+                rows[r, p * lb : (p + 1) * lb] = start + p * b + np.where(j < b, j, 0)
+                real[r, p * lb : (p + 1) * lb] = j < b
             padded_steps[t] = padded_steps[t] or b < lb
     out.order, out.active, out.row0, out.L, out.padded = order, active, [int(r) for r in row0], L, padded_steps
     out.rows = torch.from_numpy(rows).to(device)

@@ -2,6 +2,7 @@
 
 Server-side rules (averaging, FedReMa's head mixing, ...) are matrix operations on stacks.
 """
+
 from __future__ import annotations
 
 import torch
@@ -81,4 +82,4 @@ def tagged(d: Stack, tag: str) -> Stack:
 def untagged(d: dict, tag: str) -> Stack:
     """The ``"<tag>:<name>"`` entries of ``d`` as ``{name: tensor}`` (inverse of :func:`tagged`)."""
     p = tag + ":"
-    return {k[len(p):]: v for k, v in d.items() if k.startswith(p)}
+    return {k[len(p) :]: v for k, v in d.items() if k.startswith(p)}

@@ -11,6 +11,7 @@ same calls are visible on the CPU, so :class:`HostSyncCounter` proves on a CPU t
 
 (on CUDA, ``torch.cuda.set_sync_debug_mode("warn")`` is the device's own check; scripts/gpu_check.sh runs both).
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -19,8 +20,18 @@ import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
 
-_READS = {torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__bool__, torch.Tensor.__int__, torch.Tensor.__float__,
-          torch.Tensor.__index__, torch.Tensor.cpu, torch.Tensor.numpy, torch.Tensor.nonzero, torch.nonzero}
+_READS = {
+    torch.Tensor.item,
+    torch.Tensor.tolist,
+    torch.Tensor.__bool__,
+    torch.Tensor.__int__,
+    torch.Tensor.__float__,
+    torch.Tensor.__index__,
+    torch.Tensor.cpu,
+    torch.Tensor.numpy,
+    torch.Tensor.nonzero,
+    torch.nonzero,
+}
 _FROM_HOST = {torch.tensor, torch.as_tensor}
 
 

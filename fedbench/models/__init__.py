@@ -1,4 +1,5 @@
 """Model registry: ``build_model(cfg.model, input_shape, num_classes)``."""
+
 from __future__ import annotations
 
 import torch
@@ -40,7 +41,9 @@ def build_model(cfg, input_shape, num_classes: int) -> SplitNet:
         first = str(e).splitlines()[0]
         raise ConfigError("model", cfg.name, f"does not fit the dataset's {shape} inputs ({first})") from None
     if tuple(out.shape) != (2, num_classes):
-        raise ConfigError("model", cfg.name, f"gives outputs {tuple(out.shape)} for {shape} inputs, expected (2, {num_classes})")
+        raise ConfigError(
+            "model", cfg.name, f"gives outputs {tuple(out.shape)} for {shape} inputs, expected (2, {num_classes})"
+        )
     return net
 
 

@@ -3,6 +3,7 @@
 Half the PFL algorithms treat the two differently (FedPer, FedRep, FedBABU, LG-FedAvg,
 FedReMa, ...), so the split is structural: parameter names start with ``body.`` or ``head.``.
 """
+
 from __future__ import annotations
 
 import torch

@@ -7,6 +7,7 @@ RMNIST/FEMNIST ``SimpleCNNModuleWithTE`` and CIFAR-10/Meta-Dataset ``CNNModuleWi
 All BatchNorm layers normalise with the statistics of the batch being processed, also at test time
 (the code's ``track_running_stats=False``; the nets have no buffers).
 """
+
 from __future__ import annotations
 
 import torch
@@ -35,8 +36,10 @@ class BatchStatNorm(nn.Module):
         self.bias = nn.Parameter(torch.zeros(num_features))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.plain:   # torch.batch_norm, not F.batch_norm: a batch of one sample gives 0-variance stats, no error
-            return torch.batch_norm(x, self.weight, self.bias, None, None, True, 0.0, self.eps, torch.backends.cudnn.enabled)
+        if not self.plain:  # torch.batch_norm, not F.batch_norm: a batch of one sample gives 0-variance stats, no error
+            return torch.batch_norm(
+                x, self.weight, self.bias, None, None, True, 0.0, self.eps, torch.backends.cudnn.enabled
+            )
         dims = [0, *range(2, x.dim())]
         shape = (1, -1) + (1,) * (x.dim() - 2)
         mean = x.mean(dims, keepdim=True)
@@ -69,8 +72,18 @@ class Modulator(nn.Module):
     to the concatenated ζ (2× for FiLM: scale and shift).
     """
 
-    def __init__(self, input_shape, channels, kernel_size, padding, hidden, post, out_dim: int, num_classes: int,
-                 uses_labels: bool):
+    def __init__(
+        self,
+        input_shape,
+        channels,
+        kernel_size,
+        padding,
+        hidden,
+        post,
+        out_dim: int,
+        num_classes: int,
+        uses_labels: bool,
+    ):
         super().__init__()
         c, blocks = input_shape[0], []
         for out in channels:
@@ -93,10 +106,12 @@ class Modulator(nn.Module):
 
     def forward(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
         h = self.features(x)
-        if self.uses_labels:   # no labels given (a plain call) = all-zero one-hot
-            onehot = h.new_zeros(h.shape[0], self.num_classes) if y is None else F.one_hot(y, self.num_classes).to(h.dtype)
+        if self.uses_labels:  # no labels given (a plain call) = all-zero one-hot
+            onehot = (
+                h.new_zeros(h.shape[0], self.num_classes) if y is None else F.one_hot(y, self.num_classes).to(h.dtype)
+            )
             h = torch.cat([h, onehot], dim=1)
-        return self.mlp(self.per_sample(h).mean(0))   # (B) permutation-invariant context
+        return self.mlp(self.per_sample(h).mean(0))  # (B) permutation-invariant context
 
 
 class GatedTrunk(nn.Module):
@@ -104,8 +119,15 @@ class GatedTrunk(nn.Module):
     (conv blocks, the flattened features, dense blocks): a ⊙ σ(ζ^l) (paper Eq. 4.4, code "c1"),
     or FiLM a·ζ_a + ζ_b (code "c2"), or additive a + ζ (code "c0"). Conv gates broadcast over H×W."""
 
-    def __init__(self, modulator: Modulator, convs: nn.ModuleList, dense: nn.ModuleList, sizes: list[int],
-                 conv_layers: int, modulation: str):
+    def __init__(
+        self,
+        modulator: Modulator,
+        convs: nn.ModuleList,
+        dense: nn.ModuleList,
+        sizes: list[int],
+        conv_layers: int,
+        modulation: str,
+    ):
         super().__init__()
         self.modulator, self.convs, self.dense = modulator, convs, dense
         self.sizes, self.conv_layers, self.modulation = sizes, conv_layers, modulation
@@ -130,7 +152,7 @@ class GatedTrunk(nn.Module):
         for blk, z in zip(self.convs, zeta):
             h = self.gate(blk(h), z)
         h = self.gate(h.flatten(1), zeta[self.conv_layers])
-        for blk, z in zip(self.dense, zeta[self.conv_layers + 1:]):
+        for blk, z in zip(self.dense, zeta[self.conv_layers + 1 :]):
             h = self.gate(blk(h), z)
         return h
 
@@ -151,9 +173,18 @@ class CAFeMeNet(SplitNet):
 
 
 @register("cafeme_cnn")
-def cafeme_cnn(input_shape, num_classes, channels=(32, 64), kernel_size=5, padding=0, hidden=(512,),
-               modulator_hidden=(100, 200), modulator_post=(200,), modulation="sigmoid",
-               modulator_uses_labels=False) -> CAFeMeNet:
+def cafeme_cnn(
+    input_shape,
+    num_classes,
+    channels=(32, 64),
+    kernel_size=5,
+    padding=0,
+    hidden=(512,),
+    modulator_hidden=(100, 200),
+    modulator_post=(200,),
+    modulation="sigmoid",
+    modulator_uses_labels=False,
+) -> CAFeMeNet:
     """CAFeMe's base CNN [Conv(k)+BN+ReLU+MaxPool2]* -> flatten -> [Linear+BN+ReLU]* -> Linear, gated by a
     modulator when ``modulation`` != "none" (CAFeMe §4;
     code SimpleCNNModuleWithTE / CNNModuleWithTE; options: conf/model/cafeme_*.yaml)."""
@@ -175,7 +206,16 @@ def cafeme_cnn(input_shape, num_classes, channels=(32, 64), kernel_size=5, paddi
         head = nn.Sequential(*dense, out)
         return CAFeMeNet(nn.Sequential(*convs, nn.Flatten()), head, f"head.{len(head) - 1}")
     width = 2 if modulation == "film" else 1
-    mod = Modulator(input_shape, channels, kernel_size, padding, modulator_hidden, modulator_post, width * sum(sizes),
-                    num_classes, bool(modulator_uses_labels))
+    mod = Modulator(
+        input_shape,
+        channels,
+        kernel_size,
+        padding,
+        modulator_hidden,
+        modulator_post,
+        width * sum(sizes),
+        num_classes,
+        bool(modulator_uses_labels),
+    )
     body = GatedTrunk(mod, nn.ModuleList(convs), nn.ModuleList(dense), sizes, len(channels), modulation)
     return CAFeMeNet(body, out, "head")

@@ -1,4 +1,5 @@
 """Small networks used by the papers (architectures from the papers and their official code)."""
+
 from __future__ import annotations
 
 from torch import nn
@@ -37,7 +38,9 @@ def mlp(input_shape, num_classes, hidden=(128,), head_hidden=()) -> SplitNet:
     return SplitNet(body, head, _classifier_name(head))
 
 
-def cnn(input_shape, num_classes, channels=(32, 64), kernel_size=5, padding=0, hidden=(512,), batch_norm=False) -> SplitNet:
+def cnn(
+    input_shape, num_classes, channels=(32, 64), kernel_size=5, padding=0, hidden=(512,), batch_norm=False
+) -> SplitNet:
     """The FedAvg CNN (McMahan et al.; PFLlib ``FedAvgCNN``).
 
     [Conv(k)+ReLU+MaxPool2] per channel width -> flatten | head: [Linear+ReLU]* -> Linear.
@@ -68,22 +71,37 @@ def alexnet(input_shape, num_classes) -> SplitNet:
     """
     c = input_shape[0]
     body = nn.Sequential(
-        nn.Conv2d(c, 32, 3, padding=1), nn.MaxPool2d(2, 2), nn.ReLU(inplace=True),
-        nn.Conv2d(32, 64, 3, padding=1), nn.MaxPool2d(2, 2), nn.ReLU(inplace=True),
+        nn.Conv2d(c, 32, 3, padding=1),
+        nn.MaxPool2d(2, 2),
+        nn.ReLU(inplace=True),
+        nn.Conv2d(32, 64, 3, padding=1),
+        nn.MaxPool2d(2, 2),
+        nn.ReLU(inplace=True),
         nn.Conv2d(64, 128, 3, padding=1),
         nn.Conv2d(128, 256, 3, padding=1),
         nn.Conv2d(256, 256, 3, padding=1),
-        nn.MaxPool2d(3, 2), nn.ReLU(inplace=True),
+        nn.MaxPool2d(3, 2),
+        nn.ReLU(inplace=True),
         nn.Flatten(),
     )
-    head = nn.Sequential(nn.Linear(flat_dim(body, input_shape), 1024), nn.Linear(1024, 512), nn.Linear(512, num_classes))
+    head = nn.Sequential(
+        nn.Linear(flat_dim(body, input_shape), 1024), nn.Linear(1024, 512), nn.Linear(512, num_classes)
+    )
     return SplitNet(body, head, "head.2")
 
 
 def lenet(input_shape, num_classes) -> SplitNet:
     """LeNet-5 (FedCOM's "modified LeNet", ECL's FMNIST-LT CNN): 2 conv + 3 FC; the classifier is the last FC."""
     # Conv -> MaxPool -> ReLU: the same function as Conv -> ReLU -> MaxPool (see `cnn`), cheaper
-    conv = [nn.Conv2d(input_shape[0], 6, 5), nn.MaxPool2d(2), nn.ReLU(inplace=True), nn.Conv2d(6, 16, 5), nn.MaxPool2d(2), nn.ReLU(inplace=True), nn.Flatten()]
+    conv = [
+        nn.Conv2d(input_shape[0], 6, 5),
+        nn.MaxPool2d(2),
+        nn.ReLU(inplace=True),
+        nn.Conv2d(6, 16, 5),
+        nn.MaxPool2d(2),
+        nn.ReLU(inplace=True),
+        nn.Flatten(),
+    ]
     d = flat_dim(nn.Sequential(*conv), input_shape)
     body = nn.Sequential(*conv, nn.Linear(d, 120), nn.ReLU(inplace=True), nn.Linear(120, 84), nn.ReLU(inplace=True))
     # ECL §3.2 names a "last residual block"; for this CNN our choice is the last conv block + the FC layers.

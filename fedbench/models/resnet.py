@@ -1,7 +1,7 @@
 """ResNets: the CIFAR ResNet-32 (ECL §4.1, as in code pxqian/FedAFA) and torchvision's ResNet-50 (FedKA §5.1)."""
+
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 from torch import nn
 
@@ -39,7 +39,11 @@ def resnet32(input_shape, num_classes, blocks_per_stage: int = 5, widths=(16, 32
     Init as in the FedAFA/CReFF code: Kaiming-normal convs and Linear, BN gamma 1 beta 0.
     The experts' "last block" (ECL) is stage 3's last BasicBlock.
     """
-    layers: list[nn.Module] = [nn.Conv2d(input_shape[0], widths[0], 3, 1, 1, bias=False), nn.BatchNorm2d(widths[0]), nn.ReLU()]
+    layers: list[nn.Module] = [
+        nn.Conv2d(input_shape[0], widths[0], 3, 1, 1, bias=False),
+        nn.BatchNorm2d(widths[0]),
+        nn.ReLU(),
+    ]
     in_planes = widths[0]
     for stage, w in enumerate(widths):
         blocks = []
@@ -73,9 +77,17 @@ def resnet50(input_shape, num_classes, cifar_stem: bool = False) -> SplitNet:
         net.maxpool = nn.Identity()
     elif input_shape[0] != 3:
         net.conv1 = nn.Conv2d(input_shape[0], 64, 7, 2, 3, bias=False)
-    body = nn.Sequential(net.conv1, net.bn1, net.relu, net.maxpool, net.layer1, net.layer2, net.layer3, net.layer4,
-                         net.avgpool, nn.Flatten())
+    body = nn.Sequential(
+        net.conv1,
+        net.bn1,
+        net.relu,
+        net.maxpool,
+        net.layer1,
+        net.layer2,
+        net.layer3,
+        net.layer4,
+        net.avgpool,
+        nn.Flatten(),
+    )
     head = nn.Sequential(net.fc)
     return SplitNet(body, head, "head.0", last_block=("body.7.2",))
-
-

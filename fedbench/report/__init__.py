@@ -3,13 +3,15 @@ paper's numbers, write Markdown/CSV, draw PNGs, log to W&B (docs/report.md).
 
     fedbench-report outputs/multirun/<sweep> [<more sweeps>] [--out DIR] [--wandb [MODE] | --no-wandb] [--no-plots]
                     [--format rich|markdown]
-    fedbench-tables [words] [--markdown [PATH]] [--estimate]   # every paper table, its commands, its time (docs/tables.md)
+    fedbench-tables [words] [--markdown [PATH]] [--estimate]
+                    # every paper table, its commands, its time (docs/tables.md)
 
 Only the run dirs' own files are read (never W&B's servers): ``config.yaml`` (resolved; ``.hydra/config.yaml`` before
 a run started), ``.hydra/hydra.yaml`` (chosen group options, job number, overrides), ``status.json``,
 ``summary.json``, ``metrics.jsonl``, and each sweep's ``multirun.yaml`` (which jobs the sweep should have, so that
 never-started jobs are reported as missing). The table comes from the runs' ``table:`` node (docs/experiments.md).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,16 +24,54 @@ from .render import CSV_FIELDS, log_wandb, print_rich, to_csv, to_markdown, wand
 from .runs import NOT_RUN_DIRS, RunRecord, canon, collect, expected_jobs, load_run, neutral_keys
 from .tables import DERIVED, Cell, Column, Report, Table, decimals, default_table, fmt, group_tables
 
-__all__ = ["CSV_FIELDS", "DERIVED", "NOT_RUN_DIRS", "PAPERS", "Cell", "Column", "Report", "RunRecord", "Table", "canon",
-           "collect", "curve_metrics", "decimals", "default_table", "expected_jobs", "experiment_tables", "fmt",
-           "group_tables", "list_tables", "load_run", "log_wandb", "main", "neutral_keys", "plot_curves",
-           "plot_vs_keys", "print_rich", "report", "tables_markdown", "to_csv", "to_markdown", "wandb_mode"]
+__all__ = [
+    "CSV_FIELDS",
+    "DERIVED",
+    "NOT_RUN_DIRS",
+    "PAPERS",
+    "Cell",
+    "Column",
+    "Report",
+    "RunRecord",
+    "Table",
+    "canon",
+    "collect",
+    "curve_metrics",
+    "decimals",
+    "default_table",
+    "expected_jobs",
+    "experiment_tables",
+    "fmt",
+    "group_tables",
+    "list_tables",
+    "load_run",
+    "log_wandb",
+    "main",
+    "neutral_keys",
+    "plot_curves",
+    "plot_vs_keys",
+    "print_rich",
+    "report",
+    "tables_markdown",
+    "to_csv",
+    "to_markdown",
+    "wandb_mode",
+]
 
 
 # ---- entry points --------------------------------------------------------------------------------------------------
 
-def report(dirs, out: Path | None = None, plots: bool = True, wandb: str | None = None, metric: str | None = None,
-           band: str = "minmax", console=None, fmt: str = "rich") -> list[tuple[Report, list[Path]]]:
+
+def report(
+    dirs,
+    out: Path | None = None,
+    plots: bool = True,
+    wandb: str | None = None,
+    metric: str | None = None,
+    band: str = "minmax",
+    console=None,
+    fmt: str = "rich",
+) -> list[tuple[Report, list[Path]]]:
     """Every table found in ``dirs``: printed (``fmt``: a rich table, or the Markdown file's text), written to ``out``
     (default ``<first dir>/report``), plotted, logged."""
     runs = collect(dirs)
@@ -61,19 +101,34 @@ def report(dirs, out: Path | None = None, plots: bool = True, wandb: str | None 
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="fedbench-report", description="Paper tables from multirun directories: "
-                                 "mean ± std over seeds next to the paper's numbers, Markdown/CSV and PNGs (docs/report.md).")
+    ap = argparse.ArgumentParser(
+        prog="fedbench-report",
+        description="Paper tables from multirun directories: "
+        "mean ± std over seeds next to the paper's numbers, Markdown/CSV and PNGs (docs/report.md).",
+    )
     ap.add_argument("dirs", nargs="+", type=Path, help="multirun dirs (or run dirs, or folders holding them)")
     ap.add_argument("--out", type=Path, help="where report files go (default: <first dir>/report)")
     ap.add_argument("--no-plots", action="store_true", help="tables only")
-    ap.add_argument("--wandb", nargs="?", const="auto", choices=["auto", "online", "offline", "disabled"],
-                    help="log the table to W&B in this mode (default: as the runs' logger.wandb.mode)")
+    ap.add_argument(
+        "--wandb",
+        nargs="?",
+        const="auto",
+        choices=["auto", "online", "offline", "disabled"],
+        help="log the table to W&B in this mode (default: as the runs' logger.wandb.mode)",
+    )
     ap.add_argument("--no-wandb", action="store_const", const="disabled", dest="wandb", help="never log to W&B")
     ap.add_argument("--metric", help="for runs without a table: node, the accuracy metric to show (default pers/acc)")
-    ap.add_argument("--band", choices=["minmax", "std"], default="minmax", help="band of the accuracy curves over seeds")
-    ap.add_argument("--format", choices=["rich", "markdown"], default="rich", dest="fmt",
-                    help="print each table as a terminal table (split in parts when wider than the terminal) or as "
-                    "the Markdown written to <out>/<table>.md")
+    ap.add_argument(
+        "--band", choices=["minmax", "std"], default="minmax", help="band of the accuracy curves over seeds"
+    )
+    ap.add_argument(
+        "--format",
+        choices=["rich", "markdown"],
+        default="rich",
+        dest="fmt",
+        help="print each table as a terminal table (split in parts when wider than the terminal) or as "
+        "the Markdown written to <out>/<table>.md",
+    )
     args = ap.parse_args(argv)
     try:
         done = report(args.dirs, args.out, not args.no_plots, args.wandb, args.metric, args.band, fmt=args.fmt)
@@ -81,6 +136,10 @@ def main(argv=None) -> int:
         print(f"fedbench-report: {e}", file=sys.stderr)
         return 1
     out = args.out or args.dirs[0] / "report"
-    print(f"fedbench-report: wrote {', '.join(r.table.stem for r, _ in done)} (.md, .csv"
-          + (", .png" if any(p for _, p in done) else "") + f") to {out}", file=sys.stderr)
+    print(
+        f"fedbench-report: wrote {', '.join(r.table.stem for r, _ in done)} (.md, .csv"
+        + (", .png" if any(p for _, p in done) else "")
+        + f") to {out}",
+        file=sys.stderr,
+    )
     return 0

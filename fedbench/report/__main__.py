@@ -1,4 +1,5 @@
 """``python -m fedbench.report`` = ``fedbench-report``."""
+
 import sys
 
 from . import main

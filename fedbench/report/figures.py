@@ -2,6 +2,7 @@
 
 Legends name the swept key (``δ=0.1``), axes and titles use words (``personalized accuracy``), the paper's numbers are
 points (never joined: the paper gives no values between them), rounds get integer ticks (fedbench/plots.py)."""
+
 from __future__ import annotations
 
 import math
@@ -14,15 +15,26 @@ from .runs import _number, canon
 from .tables import DERIVED, Report, Table, _is_num, _slug, metric_words
 
 # how a config key or a metric is written on a picture (anything else: as it is, "/" and "_" as spaces)
-SYMBOLS = {"delta": "δ", "alpha": "α", "beta": "β", "gamma": "γ", "mu": "μ", "lam": "λ", "lambda": "λ", "tau": "τ",
-           "mix_lambda": "λ"}
+SYMBOLS = {
+    "delta": "δ",
+    "alpha": "α",
+    "beta": "β",
+    "gamma": "γ",
+    "mu": "μ",
+    "lam": "λ",
+    "lambda": "λ",
+    "tau": "τ",
+    "mix_lambda": "λ",
+}
 
 
 # ---- plots -------------------------------------------------------------------------------------------------------
 
+
 def _plt():
-    from .. import plots  # noqa: F401  (selects the Agg backend)
     import matplotlib.pyplot as plt
+
+    from .. import plots  # noqa: F401  (selects the Agg backend)
 
     return plt
 
@@ -55,7 +67,8 @@ def _col_label(rep: Report, col) -> str:
 
 
 def _curve_metric(t: Table, path: str) -> str:
-    """The per-round metric behind a column: ``pers/acc`` for ``pers/acc.best``, ``global/acc`` for ``global/acc@10``."""
+    """The per-round metric behind a column: ``pers/acc`` for ``pers/acc.best``, ``global/acc`` for
+    ``global/acc@10``."""
     if path in DERIVED:
         return t.target.get("metric", "global/acc")
     return path.split("@")[0] if "@" in path else path.rsplit(".", 1)[0] if "." in path else path
@@ -91,8 +104,11 @@ def curve_figures(rep: Report, band: str = "minmax") -> list:
         fig, axes = figure(min(n, 3), math.ceil(n / 3), width=5.2, height=3.8, squeeze=False)
         for ax, col in zip(axes.flat, panels or [None]):
             for i, row in enumerate(rep.row_keys):
-                runs = [r for r, _ in rep._runs(row, col or rep.columns[0])    # a tuned row: its best grid value's runs
-                        if r.status == "complete" and canon(r.key(t.rows)) == row]
+                runs = [
+                    r
+                    for r, _ in rep._runs(row, col or rep.columns[0])  # a tuned row: its best grid value's runs
+                    if r.status == "complete" and canon(r.key(t.rows)) == row
+                ]
                 series = [dict(r.series(metric)) for r in runs]
                 common = sorted(set.intersection(*(set(s) for s in series))) if series else []
                 if len(common) < 2:
@@ -119,7 +135,8 @@ def curve_figures(rep: Report, band: str = "minmax") -> list:
 
 
 def plot_vs_keys(rep: Report, out: Path) -> list[Path]:
-    """Metric vs a numeric row/column key, one line per other key, the paper's numbers as hollow points (δ, α, IF, ...)."""
+    """Metric vs a numeric row/column key, one line per other key, the paper's numbers as hollow points
+    (δ, α, IF, ...)."""
     from ..plots import save
 
     return [save(fig, out / f"{rep.table.stem}_vs_{_slug(name)}.png") for name, fig in vs_key_figures(rep)]
@@ -132,19 +149,30 @@ def vs_key_figures(rep: Report) -> list:
     t, figs = rep.table, []
     numeric_rows = len(rep.row_keys) > 1 and all(_is_num(k) for k in rep.row_keys)
     numeric_cols = len(rep.columns) > 1 and all(_is_num(c.key) for c in rep.columns)
-    if numeric_cols:   # x = column value, one line per row (accuracy vs α per method, vs IF per expert count)
-        xkey, ylabel = ((t.cols.split(":")[-1].split(".")[-1], metric_words(rep.columns[0].metric)) if t.cols
-                        else _metric_axes(t))   # cols null: the metrics' names are the numbers
+    if numeric_cols:  # x = column value, one line per row (accuracy vs α per method, vs IF per expert count)
+        xkey, ylabel = (
+            (t.cols.split(":")[-1].split(".")[-1], metric_words(rep.columns[0].metric)) if t.cols else _metric_axes(t)
+        )  # cols null: the metrics' names are the numbers
         fig, ax = figure(width=7, height=4.2)
         xs = [float(c.key) for c in rep.columns]
         for i, row in enumerate(rep.row_keys):
-            _line(ax, xs, [rep.cells[(row, c.key)] for c in rep.columns], [rep.paper(row, c) for c in rep.columns],
-                  f"C{i % 10}", _row_label(rep, row))
-        _axes(ax, xs, key_name(t.cols) if t.cols else xkey.replace("_", " "),
-              ylabel + (" (%)" if all(t.percent(c.metric) for c in rep.columns) else ""))
+            _line(
+                ax,
+                xs,
+                [rep.cells[(row, c.key)] for c in rep.columns],
+                [rep.paper(row, c) for c in rep.columns],
+                f"C{i % 10}",
+                _row_label(rep, row),
+            )
+        _axes(
+            ax,
+            xs,
+            key_name(t.cols) if t.cols else xkey.replace("_", " "),
+            ylabel + (" (%)" if all(t.percent(c.metric) for c in rep.columns) else ""),
+        )
         ax.set_title(t.title, fontsize=9)
         figs.append((xkey, fig))
-    if numeric_rows:   # x = row value; one line per column (cols set) or one panel per kind of metric (δ table)
+    if numeric_rows:  # x = row value; one line per column (cols set) or one panel per kind of metric (δ table)
         xs = [float(k) for k in rep.row_keys]
         if t.cols:
             groups = [(metric_words(rep.columns[0].metric), rep.columns)]
@@ -154,11 +182,17 @@ def vs_key_figures(rep: Report) -> list:
         fig, axes = figure(len(groups), width=5, height=3.8, squeeze=False)
         for ax, (name, cols) in zip(axes.flat, groups):
             for i, c in enumerate(cols):
-                _line(ax, xs, [rep.cells[(r, c.key)] for r in rep.row_keys], [rep.paper(r, c) for r in rep.row_keys],
-                      f"C{i % 10}", _col_label(rep, c))
+                _line(
+                    ax,
+                    xs,
+                    [rep.cells[(r, c.key)] for r in rep.row_keys],
+                    [rep.paper(r, c) for r in rep.row_keys],
+                    f"C{i % 10}",
+                    _col_label(rep, c),
+                )
             _axes(ax, xs, key_name(t.rows), name + (" (%)" if any(t.percent(c.metric) for c in cols) else ""))
             why = next((w for c in cols if rep.has_paper(c) and (w := rep.not_comparable(c))), None)
-            if why:   # the report gives these no Δ (n/c): the picture says so beside the paper's points
+            if why:  # the report gives these no Δ (n/c): the picture says so beside the paper's points
                 ax.set_title(f"not comparable with the paper: {why}", fontsize=8)
         fig.suptitle(t.title, fontsize=9)
         figs.append((rep.row_title(), fig))
@@ -171,8 +205,10 @@ def _metric_axes(t: Table) -> tuple[str, str]:
     after 5 personalization steps."""
     paths = [str(p) for p in t.metrics.values()]
     steps = bool(paths) and all(re.fullmatch(r"newclients/step\d+_acc(\.\w+)?", p) for p in paths)
-    return (t.spec.get("xlabel") or ("personalization_step" if steps else "column"),
-            t.spec.get("ylabel") or ("new-client accuracy" if steps else "value"))
+    return (
+        t.spec.get("xlabel") or ("personalization_step" if steps else "column"),
+        t.spec.get("ylabel") or ("new-client accuracy" if steps else "value"),
+    )
 
 
 def _line(ax, xs, cells, papers, color, label):
@@ -181,10 +217,18 @@ def _line(ax, xs, cells, papers, color, label):
         x, m, s = zip(*pts)
         ax.errorbar(x, m, yerr=s, color=color, marker="o", capsize=3, label=f"{label} (ours)")
     ref = [(x, float(p)) for x, p in zip(xs, papers) if _number(p) is not None]
-    if ref:   # points only: a line would invent the values between the paper's numbers
+    if ref:  # points only: a line would invent the values between the paper's numbers
         x, p = zip(*ref)
-        ax.plot(x, p, color=color, linestyle="none", marker="D", markerfacecolor="none", markersize=7,
-                label=f"{label} (paper)")
+        ax.plot(
+            x,
+            p,
+            color=color,
+            linestyle="none",
+            marker="D",
+            markerfacecolor="none",
+            markersize=7,
+            label=f"{label} (paper)",
+        )
 
 
 def _axes(ax, xs, xlabel, ylabel):

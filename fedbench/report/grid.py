@@ -12,6 +12,7 @@ grid; a cell then shows only the runs of the grid value with the best mean (over
 The choice is made per cell of the table's columns (``cols``: e.g. per participation ratio), or once per row when
 the columns are metrics (one value per method, as the paper reports one).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -23,10 +24,10 @@ from .runs import canon
 
 @dataclass
 class GridChoice:
-    key: str                                     # the grid's config key, e.g. algorithm.mu
-    by: str                                      # the selection metric path
-    scores: dict = field(default_factory=dict)   # grid value -> mean of ``by`` over its complete runs (None: no result)
-    chosen: object = None                        # the value whose runs the cell shows (None: no value has a result)
+    key: str  # the grid's config key, e.g. algorithm.mu
+    by: str  # the selection metric path
+    scores: dict = field(default_factory=dict)  # grid value -> mean of ``by`` over its complete runs (None: no result)
+    chosen: object = None  # the value whose runs the cell shows (None: no value has a result)
 
     @property
     def short(self) -> str:
@@ -40,7 +41,10 @@ class GridChoice:
         """``mu ∈ {0.001, 0.01, 0.1, 1} → 0.01 (mean global/acc.last: 0.001 54.10, 0.01 55.50, ...)``."""
         shown = ", ".join(f"{v} {'—' if s is None else f'{scale * s:.2f}'}" for v, s in self.scores.items())
         grid = ", ".join(map(str, self.scores))
-        return f"{self.short} ∈ {{{grid}}} → {self.chosen if self.chosen is not None else 'none'} (mean {self.by}: {shown})"
+        return (
+            f"{self.short} ∈ {{{grid}}} → {self.chosen if self.chosen is not None else 'none'} "
+            f"(mean {self.by}: {shown})"
+        )
 
 
 def tune_spec(spec: dict) -> dict | None:
@@ -51,8 +55,12 @@ def tune_spec(spec: dict) -> dict | None:
     mode = str(t.get("mode", "max"))
     if mode not in ("max", "min"):
         raise ValueError(f"table.tune.mode={mode!r} — max or min")
-    return {"by": t.get("by"), "mode": mode, "rows": {canon(r): str(k) for r, k in t["rows"].items()},
-            "note": t.get("note")}
+    return {
+        "by": t.get("by"),
+        "mode": mode,
+        "rows": {canon(r): str(k) for r, k in t["rows"].items()},
+        "note": t.get("note"),
+    }
 
 
 def choose(runs: list, key: str, by: str, score, mode: str = "max") -> GridChoice:

@@ -1,4 +1,5 @@
 """A report's outputs: Markdown, CSV, the rich table on the terminal, and a W&B run holding the table."""
+
 from __future__ import annotations
 
 import csv
@@ -9,14 +10,20 @@ from pathlib import Path
 from .runs import RunRecord, _select
 from .tables import Report
 
-
 # ---- output ----------------------------------------------------------------------------------------------------
+
 
 def to_markdown(rep: Report, pictures: list[Path], sources: list[str]) -> str:
     t, head = rep.table, rep.header()
-    md = [f"# {t.title}", "", f"Runs: {', '.join(f'`{s}`' for s in sources)}. {rep.seeds_note()}"
-          + (" Accuracies in %." if any(t.percent(n) for n in t.metrics) else ""), "",
-          "| " + " | ".join(head) + " |", "|" + "---|" + "---:|" * (len(head) - 1)]
+    md = [
+        f"# {t.title}",
+        "",
+        f"Runs: {', '.join(f'`{s}`' for s in sources)}. {rep.seeds_note()}"
+        + (" Accuracies in %." if any(t.percent(n) for n in t.metrics) else ""),
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" + "---:|" * (len(head) - 1),
+    ]
     md += ["| " + " | ".join(x.replace("|", "\\|") for x in line) + " |" for line in rep.lines()]
     if rep.comparison_notes():
         md += ["", "n/c = not compared with the paper:", ""] + [f"- {n}" for n in rep.comparison_notes()]
@@ -37,9 +44,29 @@ def _job(r: RunRecord) -> str:
     return ",".join(f"{k}={v}" for k, v in r.overrides.items())
 
 
-CSV_FIELDS = ["table", "row", "row_label", "column", "metric", "ours_mean", "ours_std", "ours_min", "ours_max", "n",
-              "n_runs", "seeds", "values", "status", "cell", "paper", "diff", "not_compared", "grid_key", "grid_value",
-              "grid"]
+CSV_FIELDS = [
+    "table",
+    "row",
+    "row_label",
+    "column",
+    "metric",
+    "ours_mean",
+    "ours_std",
+    "ours_min",
+    "ours_max",
+    "n",
+    "n_runs",
+    "seeds",
+    "values",
+    "status",
+    "cell",
+    "paper",
+    "diff",
+    "not_compared",
+    "grid_key",
+    "grid_value",
+    "grid",
+]
 
 
 def to_csv(rep: Report) -> str:
@@ -50,15 +77,29 @@ def to_csv(rep: Report) -> str:
     for row in rep.row_keys:
         for c in rep.columns:
             cell, p = rep.cells[(row, c.key)], rep.paper(row, c)
-            w.writerow({"table": rep.table.stem, "row": row, "row_label": rep.row_names[row], "column": c.header,
-                        "metric": c.metric, "ours_mean": _csvnum(cell.mean), "ours_std": _csvnum(cell.std),
-                        "ours_min": _csvnum(min(cell.values, default=None)), "ours_max": _csvnum(max(cell.values, default=None)),
-                        "n": len(cell.values), "n_runs": cell.n_runs, "seeds": ";".join(map(str, cell.seeds)),
-                        "values": ";".join(repr(v) for v in cell.values),
-                        "status": ";".join(f"{k}={n}" for k, n in cell.other.items()), "cell": cell.text(rep.digits[c.key]),
-                        "paper": "" if p == "absent" else rep.paper_text(row, c), "diff": _csvnum(rep.diff(row, c)),
-                        "not_compared": (rep.not_comparable(c) or "") if p != "absent" else "",
-                        **_grid_fields(rep.grid(row, c))})
+            w.writerow(
+                {
+                    "table": rep.table.stem,
+                    "row": row,
+                    "row_label": rep.row_names[row],
+                    "column": c.header,
+                    "metric": c.metric,
+                    "ours_mean": _csvnum(cell.mean),
+                    "ours_std": _csvnum(cell.std),
+                    "ours_min": _csvnum(min(cell.values, default=None)),
+                    "ours_max": _csvnum(max(cell.values, default=None)),
+                    "n": len(cell.values),
+                    "n_runs": cell.n_runs,
+                    "seeds": ";".join(map(str, cell.seeds)),
+                    "values": ";".join(repr(v) for v in cell.values),
+                    "status": ";".join(f"{k}={n}" for k, n in cell.other.items()),
+                    "cell": cell.text(rep.digits[c.key]),
+                    "paper": "" if p == "absent" else rep.paper_text(row, c),
+                    "diff": _csvnum(rep.diff(row, c)),
+                    "not_compared": (rep.not_comparable(c) or "") if p != "absent" else "",
+                    **_grid_fields(rep.grid(row, c)),
+                }
+            )
     return buf.getvalue()
 
 
@@ -66,8 +107,11 @@ def _grid_fields(choice) -> dict:
     """A tuned cell's grid key, the value shown and every grid value's mean selection metric (``v=score;...``)."""
     if choice is None:
         return {"grid_key": "", "grid_value": "", "grid": ""}
-    return {"grid_key": choice.key, "grid_value": "" if choice.chosen is None else choice.chosen,
-            "grid": ";".join(f"{v}={'' if s is None else repr(s)}" for v, s in choice.scores.items())}
+    return {
+        "grid_key": choice.key,
+        "grid_value": "" if choice.chosen is None else choice.chosen,
+        "grid": ";".join(f"{v}={'' if s is None else repr(s)}" for v, s in choice.scores.items()),
+    }
 
 
 def _csvnum(x) -> str:
@@ -83,14 +127,14 @@ def print_rich(rep: Report, console=None) -> None:
 
     console = console or Console(width=max(100, shutil.get_terminal_size((180, 40)).columns))
     lines = rep.lines()
-    groups, i = [], 1                                     # per column: its cells' positions in a line
+    groups, i = [], 1  # per column: its cells' positions in a line
     for c in rep.columns:
         n = 3 if rep.has_paper(c) else 1
         groups.append((c, list(range(i, i + n))))
         i += n
     head = rep.header()
 
-    def width(j):   # a column's text width + rich's padding (2) and border (1)
+    def width(j):  # a column's text width + rich's padding (2) and border (1)
         return max(len(head[j]), *(len(line[j]) for line in lines)) + 3 if lines else len(head[j]) + 3
 
     parts, room = [[]], console.width - width(0) - 2
@@ -118,7 +162,9 @@ def print_rich(rep: Report, console=None) -> None:
     for note in rep.comparison_notes():
         console.print(Text.assemble("  ", ("n/c", "yellow"), f" {note}"))
     for r in rep.incomplete():
-        console.print(Text.assemble("  ", (r.status, "yellow"), f": {r.path or _job(r)}" + (f" — {r.error}" if r.error else "")))
+        console.print(
+            Text.assemble("  ", (r.status, "yellow"), f": {r.path or _job(r)}" + (f" — {r.error}" if r.error else ""))
+        )
     for note in rep.grid_notes():
         console.print(Text.assemble("  ", ("best of grid", "cyan"), f": {note}"))
     for warning in rep.warnings():
@@ -126,6 +172,7 @@ def print_rich(rep: Report, console=None) -> None:
 
 
 # ---- W&B --------------------------------------------------------------------------------------------------------
+
 
 def wandb_mode(requested: str | None, rep: Report) -> str:
     """``--wandb MODE`` wins; otherwise the runs' own ``logger.wandb.mode`` (auto = online with an API key)."""
@@ -143,11 +190,24 @@ def log_wandb(rep: Report, pictures: list[Path], out: Path, mode: str, group: st
 
     run0 = next((r for r, _ in rep.members if r.status == "complete"), rep.members[0][0])
     w = _select(run0.config, "logger.wandb") or {}
-    run = wandb.init(project=w.get("project") or "fedbench", entity=w.get("entity"), group=group, job_type="report",
-                     name=f"report-{rep.table.stem}", dir=str(out), mode=mode, config={"table": rep.table.spec},
-                     reinit="finish_previous", settings=wandb.Settings(console="off", x_disable_stats=True, silent=True))
+    run = wandb.init(
+        project=w.get("project") or "fedbench",
+        entity=w.get("entity"),
+        group=group,
+        job_type="report",
+        name=f"report-{rep.table.stem}",
+        dir=str(out),
+        mode=mode,
+        config={"table": rep.table.spec},
+        reinit="finish_previous",
+        settings=wandb.Settings(console="off", x_disable_stats=True, silent=True),
+    )
     rows = list(csv.reader(io.StringIO(to_csv(rep))))
-    run.log({f"report/{rep.table.stem}": wandb.Table(columns=rows[0], data=rows[1:]),
-             **{f"report/{p.stem}": wandb.Image(str(p)) for p in pictures}})
+    run.log(
+        {
+            f"report/{rep.table.stem}": wandb.Table(columns=rows[0], data=rows[1:]),
+            **{f"report/{p.stem}": wandb.Image(str(p)) for p in pictures},
+        }
+    )
     run.finish()
     return run.id

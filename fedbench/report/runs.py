@@ -1,5 +1,6 @@
 """Reading run directories into records: a sweep's run dirs (config, chosen options, status, summary, metrics) and
 a placeholder for each job its ``multirun.yaml`` expects but no run dir holds."""
+
 from __future__ import annotations
 
 import json
@@ -13,6 +14,7 @@ NOT_RUN_DIRS = {".hydra", "wandb", "checkpoints", "diagnostics", "previous", "re
 
 
 # ---- reading runs ---------------------------------------------------------------------------------------------
+
 
 def _yaml(path: Path):
     try:
@@ -38,7 +40,8 @@ def _select(d, dotted: str):
 
 
 def canon(v) -> str:
-    """How cell keys and reference keys are matched: as strings, numbers by value (``1`` == ``1.0``, ``0.10`` == ``0.1``)."""
+    """How cell keys and reference keys are matched: as strings, numbers by value
+    (``1`` == ``1.0``, ``0.10`` == ``0.1``)."""
     if isinstance(v, bool) or v is None:
         return str(v)
     try:
@@ -65,7 +68,7 @@ def _overrides(items, neutral: set) -> dict:
         try:
             [o] = parser.parse_overrides([item])
             key, value = o.get_key_element(), o.get_value_element_as_str() if not o.is_sweep_override() else None
-        except Exception:   # noqa: BLE001  (an override Hydra's grammar cannot re-read: keep it as written)
+        except Exception:  # noqa: BLE001  (an override Hydra's grammar cannot re-read: keep it as written)
             key, _, value = item.partition("=")
         key = key.lstrip("+~")
         if value is not None and not key.startswith("hydra.") and key.split("@")[0] not in neutral:
@@ -76,16 +79,17 @@ def _overrides(items, neutral: set) -> dict:
 @dataclass
 class RunRecord:
     """One run of a sweep: its config, chosen group options, status and records (or a placeholder when missing)."""
+
     path: Path | None
-    status: str                  # complete | failed | running | preempted | pending (dir, no status) | missing (no dir)
+    status: str  # complete | failed | running | preempted | pending (dir, no status) | missing (no dir)
     config: dict
     choices: dict
     overrides: dict
-    order: tuple = (0, 0)        # (position of the directory argument, job number): sweep order
+    order: tuple = (0, 0)  # (position of the directory argument, job number): sweep order
     summary: dict = field(default_factory=dict)
     error: str | None = None
-    job: dict | None = None      # the claims job this run was matched to by its config (fedbench/claims/results.py)
-    lacking: list = field(default_factory=list)   # ... and the config keys it predates
+    job: dict | None = None  # the claims job this run was matched to by its config (fedbench/claims/results.py)
+    lacking: list = field(default_factory=list)  # ... and the config keys it predates
     _rounds: dict | None = None
 
     @property
@@ -108,7 +112,7 @@ class RunRecord:
                 try:
                     row = json.loads(line)
                 except ValueError:
-                    continue   # a line cut by a kill
+                    continue  # a line cut by a kill
                 self._rounds.setdefault(int(row.get("round", -1)), {}).update(row)
         return self._rounds
 
@@ -119,11 +123,16 @@ class RunRecord:
 
 def load_run(d: Path, position: int, neutral: set) -> RunRecord:
     hydra = (_yaml(d / ".hydra" / "hydra.yaml") or {}).get("hydra") or {}
-    config = _yaml(d / "config.yaml") or _yaml(d / ".hydra" / "config.yaml") or {}   # resolved once the run started
+    config = _yaml(d / "config.yaml") or _yaml(d / ".hydra" / "config.yaml") or {}  # resolved once the run started
     num = _select(hydra, "job.num")
-    run = RunRecord(d, "pending", config, dict(_select(hydra, "runtime.choices") or {}),
-                    _overrides(_select(hydra, "overrides.task"), neutral),
-                    (position, int(num) if isinstance(num, int) else 0))
+    run = RunRecord(
+        d,
+        "pending",
+        config,
+        dict(_select(hydra, "runtime.choices") or {}),
+        _overrides(_select(hydra, "overrides.task"), neutral),
+        (position, int(num) if isinstance(num, int) else 0),
+    )
     status = _json(d / "status.json")
     if status:
         run.status, run.error = str(status.get("status", "pending")), status.get("error")
@@ -158,20 +167,32 @@ def expand_jobs(overrides: list[str], neutral: set) -> list[dict]:
 def neutral_keys(sweep: Path | None) -> set:
     """Override keys that do not change results (not part of a run's identity): the sweep's exclude_keys."""
     hydra = (_yaml(sweep / "multirun.yaml") or {}).get("hydra") or {} if sweep else {}
-    return set(_select(hydra, "job.config.override_dirname.exclude_keys") or
-               ["resume", "logger", "hardware.threads", "data_root", "cache_dir", "dataset.root", "dataset.download"])
+    return set(
+        _select(hydra, "job.config.override_dirname.exclude_keys")
+        or ["resume", "logger", "hardware.threads", "data_root", "cache_dir", "dataset.root", "dataset.download"]
+    )
 
 
 def _placeholder(job: dict, order: tuple, runs: list[RunRecord], sweep: Path) -> RunRecord:
     """A never-started job: its cell comes from a sibling run (same overrides but the seed) or the sweep's config."""
-    sibling = next((r for r in runs if {k: v for k, v in r.overrides.items() if k != "seed"}
-                    == {k: v for k, v in job.items() if k != "seed"}), None)
+    sibling = next(
+        (
+            r
+            for r in runs
+            if {k: v for k, v in r.overrides.items() if k != "seed"} == {k: v for k, v in job.items() if k != "seed"}
+        ),
+        None,
+    )
     if sibling:
         run = missing_run({k: v for k, v in job.items() if k == "seed"}, sibling.config, sibling.choices, order)
     else:
         base = _yaml(sweep / "multirun.yaml") or {}
-        run = missing_run(job, {k: v for k, v in base.items() if k != "hydra"},
-                          dict(_select(base, "hydra.runtime.choices") or {}), order)
+        run = missing_run(
+            job,
+            {k: v for k, v in base.items() if k != "hydra"},
+            dict(_select(base, "hydra.runtime.choices") or {}),
+            order,
+        )
     run.overrides = dict(job)
     return run
 
@@ -214,8 +235,11 @@ def collect(paths) -> list[RunRecord]:
             jobs = expected_jobs(sweep)
             mine = [r for r in found if sweep in r.path.parents]
             have = {frozenset(r.overrides.items()) for r in mine}
-            found += [_placeholder(job, (position, i), mine, sweep) for i, job in enumerate(jobs or [])
-                      if frozenset(job.items()) not in have]
+            found += [
+                _placeholder(job, (position, i), mine, sweep)
+                for i, job in enumerate(jobs or [])
+                if frozenset(job.items()) not in have
+            ]
         runs += sorted(found, key=lambda r: r.order)
     return runs
 

@@ -15,6 +15,7 @@ is composed at each of its values and the job cost is scaled by the mean over th
 beyond FedAvg's local training (a second model, phase II, fine-tuning new clients, peer matching), data loading, and
 more than one thread; so the numbers are lower bounds of the order of magnitude, not promises.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -26,7 +27,17 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-COST_KEYS = ("dataset", "model", "local_epochs", "clients", "participation", "rounds", "batch_size", "partition", "eval_every")
+COST_KEYS = (
+    "dataset",
+    "model",
+    "local_epochs",
+    "clients",
+    "participation",
+    "rounds",
+    "batch_size",
+    "partition",
+    "eval_every",
+)
 
 
 def runtimes_file(conf_dir: Path) -> Path:
@@ -61,6 +72,7 @@ def hours(seconds: float) -> str:
 
 # ---- measuring ----------------------------------------------------------------------------------------------------
 
+
 def _per_sample(net, x_shape, num_classes: int, batch: int, channels_last: bool) -> tuple[float, float]:
     """CPU seconds per training sample (forward, backward, SGD step at ``batch``) and per evaluated sample (256)."""
     import torch
@@ -78,7 +90,7 @@ def _per_sample(net, x_shape, num_classes: int, batch: int, channels_last: bool)
         opt.step()
 
     def timed(fn, n):
-        fn()   # warm-up
+        fn()  # warm-up
         t = time.process_time()
         for _ in range(n):
             fn()
@@ -106,7 +118,7 @@ def _cell(cfg, costs: dict) -> dict:
         run.setup()
         data = run.data
         k = len(data.train_idx)
-        nc = getattr(run, "new_clients", None)   # CAFeMe's held-out new clients never train
+        nc = getattr(run, "new_clients", None)  # CAFeMe's held-out new clients never train
         train_clients = [int(i) for i in nc.participants] if nc is not None else list(range(k))
         m = max(1, int(round(float(cfg.participation) * len(train_clients))))
         n_train = float(np.mean([len(data.train_idx[i]) for i in train_clients]))
@@ -119,8 +131,9 @@ def _cell(cfg, costs: dict) -> dict:
             torch.set_num_threads(1)
             try:
                 net = build_model(cfg.model, data.input_shape, data.num_classes)
-                costs[key] = _per_sample(net, tuple(data.input_shape), int(data.num_classes), int(cfg.batch_size),
-                                         len(data.input_shape) == 3)
+                costs[key] = _per_sample(
+                    net, tuple(data.input_shape), int(data.num_classes), int(cfg.batch_size), len(data.input_shape) == 3
+                )
             finally:
                 torch.set_num_threads(threads)
         c_train, c_eval = costs[key]
@@ -158,9 +171,15 @@ def estimate(entry: dict, scale: str, compose, costs: dict) -> dict | None:
 
     if scale == "cpu" and not entry.get("reduced"):
         return None
-    given = shlex.split(entry["reduced"])[3:] if scale == "cpu" else []   # after "fedbench -m +experiment=..."
-    cfg = compose([f"+experiment={entry['name']}", *_first_values(dict(g.split("=", 1) for g in given)),
-                   "logger=none", "hardware=cpu"])
+    given = shlex.split(entry["reduced"])[3:] if scale == "cpu" else []  # after "fedbench -m +experiment=..."
+    cfg = compose(
+        [
+            f"+experiment={entry['name']}",
+            *_first_values(dict(g.split("=", 1) for g in given)),
+            "logger=none",
+            "hardware=cpu",
+        ]
+    )
     params = OmegaConf.to_container(cfg.hydra.sweeper.params) if cfg.hydra.sweeper.params is not None else {}
     given_keys = {g.split("=", 1)[0].lstrip("+~") for g in given}
     sweep = {k: v for k, v in params.items() if k.lstrip("+~") not in given_keys}
@@ -180,28 +199,33 @@ def estimate(entry: dict, scale: str, compose, costs: dict) -> dict | None:
             if val == values[0]:
                 variants.append(cost)
                 continue
-            overrides = [*plain, *first[:i], f"{k}={val}", *first[i + 1:], "logger=none", "hardware=cpu"]
+            overrides = [*plain, *first[:i], f"{k}={val}", *first[i + 1 :], "logger=none", "hardware=cpu"]
             c = compose([f"+experiment={entry['name']}", *overrides])
-            if all(OmegaConf.select(c, x) == OmegaConf.select(cfg, x) for x in COST_KEYS) \
-                    and not k.startswith(("experiment/", "+experiment/")):
-                variants.append(cost)   # nothing that changes the cost
+            if all(OmegaConf.select(c, x) == OmegaConf.select(cfg, x) for x in COST_KEYS) and not k.startswith(
+                ("experiment/", "+experiment/")
+            ):
+                variants.append(cost)  # nothing that changes the cost
                 continue
             try:
                 got = _cell(c, costs)
-            except ConfigError as e:   # e.g. a dataset column whose data is not here: left out of the mean, named
+            except ConfigError as e:  # e.g. a dataset column whose data is not here: left out of the mean, named
                 missing.append(f"{k}={val}: {e.allowed.split(';')[0][:80]}")
                 continue
             variants.append(got["rounds"] * got["s_per_round"])
         factor *= float(np.mean(variants)) / cost if cost else 1.0
-    out = {"runs": runs, "rounds": cell["rounds"], "s_per_round": float(f"{cell['s_per_round']:.4g}"),
-           "seconds": float(f"{runs * cost * factor:.4g}")}
+    out = {
+        "runs": runs,
+        "rounds": cell["rounds"],
+        "s_per_round": float(f"{cell['s_per_round']:.4g}"),
+        "seconds": float(f"{runs * cost * factor:.4g}"),
+    }
     return {**out, "not_measured": missing} if missing else out
 
 
 def write_estimates(entries: list[dict], conf_dir: Path, data_root: str | None, log=print) -> Path:
     """Measure ``entries`` at both scales and write them into ``conf/runtimes.yaml``; the other tables' stored estimates
-    are kept (``fedbench-tables --estimate fedrema`` re-measures FedReMa's only), and so are those of tables whose data is
-    absent here."""
+    are kept (``fedbench-tables --estimate fedrema`` re-measures FedReMa's only), and so are those of tables whose data
+    is absent here."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -212,6 +236,7 @@ def write_estimates(entries: list[dict], conf_dir: Path, data_root: str | None, 
     costs, tables = {}, dict(load(conf_dir))
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+
         def compose(overrides):
             return hydra_compose("config", overrides=[*overrides, *extra], return_hydra_config=True)
 
@@ -219,22 +244,33 @@ def write_estimates(entries: list[dict], conf_dir: Path, data_root: str | None, 
             for scale in ("cpu", "paper"):
                 try:
                     got = estimate(e, scale, compose, costs)
-                except ConfigError as err:   # the table's data is not here
+                except ConfigError as err:  # the table's data is not here
                     log(f"{e['name']} ({scale}): not estimated — {err}")
                     continue
                 if got:
                     tables.setdefault(e["name"], {})[scale] = got
-                    log(f"{e['name']} ({scale}): {got['runs']} runs x {got['rounds']} rounds x "
-                        f"{got['s_per_round']:.3g} s = {hours(got['seconds'])}")
+                    log(
+                        f"{e['name']} ({scale}): {got['runs']} runs x {got['rounds']} rounds x "
+                        f"{got['s_per_round']:.3g} s = {hours(got['seconds'])}"
+                    )
     GlobalHydra.instance().clear()
-    header = ("# Estimated time of each paper table's sweep on one CPU thread of the machine named below, written by\n"
-              "# `fedbench-tables --estimate` (fedbench/report/runtime.py says how; lower bounds: FedAvg-equivalent\n"
-              "# local training and evaluation only). cpu = the table's reduced command, paper = the config as it is.\n")
-    body = {"machine": f"{platform.machine()}, {platform.processor() or platform.system()}, 1 thread",
-            "measured": datetime.date.today().isoformat(),
-            "per_sample_cpu_seconds": {**_stored_costs(conf_dir), **{f"{m}@{'x'.join(map(str, s))},{c} classes,B={b}": [float(f"{t:.3g}"), float(f"{v:.3g}")]
-                                       for (m, s, c, b), (t, v) in sorted(costs.items())}},
-            "tables": dict(sorted(tables.items()))}
+    header = (
+        "# Estimated time of each paper table's sweep on one CPU thread of the machine named below, written by\n"
+        "# `fedbench-tables --estimate` (fedbench/report/runtime.py says how; lower bounds: FedAvg-equivalent\n"
+        "# local training and evaluation only). cpu = the table's reduced command, paper = the config as it is.\n"
+    )
+    body = {
+        "machine": f"{platform.machine()}, {platform.processor() or platform.system()}, 1 thread",
+        "measured": datetime.date.today().isoformat(),
+        "per_sample_cpu_seconds": {
+            **_stored_costs(conf_dir),
+            **{
+                f"{m}@{'x'.join(map(str, s))},{c} classes,B={b}": [float(f"{t:.3g}"), float(f"{v:.3g}")]
+                for (m, s, c, b), (t, v) in sorted(costs.items())
+            },
+        },
+        "tables": dict(sorted(tables.items())),
+    }
     path = runtimes_file(conf_dir)
     path.write_text(header + yaml.safe_dump(body, sort_keys=False, allow_unicode=True, width=120))
     return path

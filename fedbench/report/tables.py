@@ -1,5 +1,6 @@
 """Tables in the paper's layout: runs grouped into tables, cells over seeds, rows and columns in the paper's order,
 the paper's numbers, and number formatting."""
+
 from __future__ import annotations
 
 import re
@@ -11,17 +12,23 @@ import numpy as np
 from .grid import GridChoice, choose, tune_spec
 from .runs import RunRecord, _number, canon
 
-DERIVED = ("rounds_to_target", "speedup")   # metrics computed from metrics.jsonl (FedKA Table 2)
+DERIVED = ("rounds_to_target", "speedup")  # metrics computed from metrics.jsonl (FedKA Table 2)
 # columns shown beside the paper's number without a difference: seconds measure this machine (the paper's measure its
 # GPU); counts of rounds (and FedKA's speedup, a ratio of them) depend on how many rounds ran, so they are compared
 # only when the runs ran the paper's rounds (scale 1, rounds not overridden)
 MACHINE_BOUND = ("wall_time", "time_per_round")
 ROUND_BOUND = ("ccp_rounds", "rounds_to_target", "speedup")
-METRIC_WORDS = {"pers/acc": "personalized accuracy", "pers/acc_mean": "personalized accuracy (client mean)",
-                "pers/acc_present_classes": "personalized accuracy (present classes)",
-                "global/acc": "global-model accuracy", "train/loss": "training loss", "ccp_rounds": "rounds in the CCP",
-                "wall_time": "wall time (s)", "time_per_round": "time per round (s)",
-                "newclients/step5_acc": "new-client accuracy after 5 steps"}
+METRIC_WORDS = {
+    "pers/acc": "personalized accuracy",
+    "pers/acc_mean": "personalized accuracy (client mean)",
+    "pers/acc_present_classes": "personalized accuracy (present classes)",
+    "global/acc": "global-model accuracy",
+    "train/loss": "training loss",
+    "ccp_rounds": "rounds in the CCP",
+    "wall_time": "wall time (s)",
+    "time_per_round": "time per round (s)",
+    "newclients/step5_acc": "new-client accuracy after 5 steps",
+}
 
 
 def metric_words(metric: str) -> str:
@@ -31,36 +38,48 @@ def metric_words(metric: str) -> str:
 
 # ---- tables -----------------------------------------------------------------------------------------------------
 
+
 def default_table(runs: list[RunRecord], metric: str | None) -> dict:
     """For runs without a ``table:`` node: methods x best/final of one accuracy metric."""
     if metric is None:
         present = {m for r in runs for m in r.summary.get("metrics", {})}
         metric = next((m for m in ("pers/acc", "global/acc") if m in present), "pers/acc")
-    return {"paper": "runs", "id": metric.replace("/", "_"), "title": f"{metric_words(metric).capitalize()}: best and final",
-            "rows": "choice:algorithm", "cols": None, "metrics": {"Best": f"{metric}.best", "Final": f"{metric}.final"},
-            "percent": True}
+    return {
+        "paper": "runs",
+        "id": metric.replace("/", "_"),
+        "title": f"{metric_words(metric).capitalize()}: best and final",
+        "rows": "choice:algorithm",
+        "cols": None,
+        "metrics": {"Best": f"{metric}.best", "Final": f"{metric}.final"},
+        "percent": True,
+    }
 
 
 @dataclass
 class Table:
-    spec: dict                        # the table node (merged when several configs make one paper table)
-    members: list                     # [(run, its own table node)]
+    spec: dict  # the table node (merged when several configs make one paper table)
+    members: list  # [(run, its own table node)]
     stem: str = ""
-    merged: bool = False              # several configs, one metric column each (FedKA Table 1's datasets)
+    merged: bool = False  # several configs, one metric column each (FedKA Table 1's datasets)
 
     def __post_init__(self):
         s = self.spec
-        self.paper, self.id, self.title = str(s.get("paper", "runs")), str(s.get("id", "table")), str(s.get("title", ""))
+        self.paper, self.id, self.title = (
+            str(s.get("paper", "runs")),
+            str(s.get("id", "table")),
+            str(s.get("title", "")),
+        )
         self.rows, self.cols = s.get("rows") or "choice:algorithm", s.get("cols")
         self.metrics = {str(k): str(v) for k, v in (s.get("metrics") or {}).items()}
         self.target = s.get("target") or {}
         if "rounds_to_target" in self.metrics.values() and "speedup" not in self.metrics.values() and not self.cols:
             items = list(self.metrics.items())
             at = next(i for i, (_, p) in enumerate(items) if p == "rounds_to_target") + 1
-            self.metrics = dict(items[:at] + [("Speedup", "speedup")] + items[at:])   # the paper's Table 2 column
+            self.metrics = dict(items[:at] + [("Speedup", "speedup")] + items[at:])  # the paper's Table 2 column
         self.labels = {canon(k): str(v) for k, v in (s.get("labels") or {}).items()}
-        self.reference = {canon(r): {canon(c): v for c, v in (cells or {}).items()}
-                          for r, cells in (s.get("reference") or {}).items()}
+        self.reference = {
+            canon(r): {canon(c): v for c, v in (cells or {}).items()} for r, cells in (s.get("reference") or {}).items()
+        }
         self._derive_reference_speedup()
         self.stem = self.stem or f"{self.paper}_{self.id}"
 
@@ -101,9 +120,13 @@ def group_tables(runs: list[RunRecord], metric: str | None = None) -> list[Table
     for (paper, tid), parts in by_id.items():
         specs = [m[0][1] for m in parts]
         names = [set(map(str, s.get("metrics") or {})) for s in specs]
-        if len(parts) > 1 and not any(s.get("cols") for s in specs) and sum(map(len, names)) == len(set().union(*names)):
+        if (
+            len(parts) > 1
+            and not any(s.get("cols") for s in specs)
+            and sum(map(len, names)) == len(set().union(*names))
+        ):
             tables.append(Table(_merge(specs), [m for members in parts for m in members], merged=True))
-        elif len(parts) > 1:   # same id, different tables: name the files after the experiment config
+        elif len(parts) > 1:  # same id, different tables: name the files after the experiment config
             for members in parts:
                 exp = members[0][0].choices.get("experiment") or members[0][1].get("title")
                 tables.append(Table(members[0][1], members, stem=f"{paper}_{_slug(str(exp).split('/')[-1])}"))
@@ -133,7 +156,7 @@ def _merge(specs: list[dict]) -> dict:
         for row, cells in (s.get("reference") or {}).items():
             out["reference"].setdefault(row, {}).update(cells or {})
     titles = [str(s.get("title", "")) for s in specs]
-    prefix = titles[0][:next((i for i, cs in enumerate(zip(*titles)) if len(set(cs)) > 1), min(map(len, titles)))]
+    prefix = titles[0][: next((i for i, cs in enumerate(zip(*titles)) if len(set(cs)) > 1), min(map(len, titles)))]
     cut = max(prefix.rfind(" ("), prefix.rfind(" — "))
     out["title"] = (prefix[:cut] if cut > 0 else prefix).rstrip(" :—-(,") if len(set(titles)) > 1 else titles[0]
     return out
@@ -145,11 +168,14 @@ def _slug(text: str) -> str:
 
 # ---- cells -----------------------------------------------------------------------------------------------------
 
+
 @dataclass
 class Cell:
-    values: list = field(default_factory=list)     # one per run with a value (displayed units)
+    values: list = field(default_factory=list)  # one per run with a value (displayed units)
     seeds: list = field(default_factory=list)
-    other: Counter = field(default_factory=Counter)  # runs without a value, by reason: failed, running, missing, never, ...
+    other: Counter = field(
+        default_factory=Counter
+    )  # runs without a value, by reason: failed, running, missing, never, ...
 
     @property
     def n_runs(self) -> int:
@@ -161,7 +187,7 @@ class Cell:
 
     @property
     def std(self):
-        return float(np.std(self.values)) if self.values else None   # population std over seeds (ddof=0)
+        return float(np.std(self.values)) if self.values else None  # population std over seeds (ddof=0)
 
     def text(self, decimals: int = 2) -> str:
         """``61.20 ± 0.40``, ``61.20 ± 0.40 (2/3, 1 failed)``, ``failed``, ``\\`` (never reached), ``not run``."""
@@ -197,9 +223,9 @@ def decimals(numbers: list, percent: bool) -> int:
 
 @dataclass
 class Column:
-    key: str          # canon of the column value (cols set) or the metric name (cols null)
+    key: str  # canon of the column value (cols set) or the metric name (cols null)
     header: str
-    metric: str       # metric name in the table's ``metrics``
+    metric: str  # metric name in the table's ``metrics``
 
 
 class Report:
@@ -208,9 +234,10 @@ class Report:
     def __init__(self, table: Table):
         self.table = t = table
         self.members = list(t.members)
-        self._tune, self._grid = tune_spec(t.spec), {}      # best of a grid per tuned row (grid.py)
-        self.row_keys, self.row_names = self._order(t.rows, [r.key(t.rows) for r, _ in self.members],
-                                                    list(t.reference), t.labels)
+        self._tune, self._grid = tune_spec(t.spec), {}  # best of a grid per tuned row (grid.py)
+        self.row_keys, self.row_names = self._order(
+            t.rows, [r.key(t.rows) for r, _ in self.members], list(t.reference), t.labels
+        )
         if t.cols:
             metric = next(iter(t.metrics))
             ref_cols = [c for cells in t.reference.values() for c in cells]
@@ -221,8 +248,10 @@ class Report:
         else:
             self.columns = [Column(canon(n), n, n) for n in t.metrics]
         self.cells = {(row, c.key): self._cell(row, c) for row in self.row_keys for c in self.columns}
-        self.digits = {c.key: decimals([x for r in self.row_keys for x in self._numbers(r, c)], t.percent(c.metric))
-                       for c in self.columns}
+        self.digits = {
+            c.key: decimals([x for r in self.row_keys for x in self._numbers(r, c)], t.percent(c.metric))
+            for c in self.columns
+        }
 
     def _numbers(self, row: str, col: Column) -> list:
         cell, paper = self.cells[(row, col.key)], _number(self.paper(row, col))
@@ -248,8 +277,12 @@ class Report:
     def _runs(self, row: str, col: Column) -> list:
         """The cell's runs; for a row tuned over a grid (``tune:``), only those of its best grid value."""
         t = self.table
-        runs = [(r, s) for r, s in self.members if canon(r.key(t.rows)) == row
-                and (canon(r.key(t.cols)) == col.key if t.cols else col.metric in _metric_names(s))]
+        runs = [
+            (r, s)
+            for r, s in self.members
+            if canon(r.key(t.rows)) == row
+            and (canon(r.key(t.cols)) == col.key if t.cols else col.metric in _metric_names(s))
+        ]
         choice = self.grid(row, col)
         return runs if choice is None else [(r, s) for r, s in runs if canon(r.key(choice.key)) == choice.chosen]
 
@@ -261,7 +294,9 @@ class Report:
         at = col.key if t.cols else None
         if (row, at) not in self._grid:
             by = spec["by"] or next(iter(t.metrics.values()))
-            runs = [r for r, _ in self.members if canon(r.key(t.rows)) == row and (not t.cols or canon(r.key(t.cols)) == at)]
+            runs = [
+                r for r, _ in self.members if canon(r.key(t.rows)) == row and (not t.cols or canon(r.key(t.cols)) == at)
+            ]
             self._grid[(row, at)] = choose(runs, spec["rows"][row], by, lambda r: self.value(r, by, col), spec["mode"])
         return self._grid[(row, at)]
 
@@ -285,7 +320,7 @@ class Report:
         """A run's number for a metric path, or why there is none (``no value``, ``never``, ``no target``)."""
         if path in DERIVED:
             return self._to_target(run, path, col)
-        if "@" in path:              # <metric>@<round>: the value logged at that round; <metric>@mean: mean over rounds
+        if "@" in path:  # <metric>@<round>: the value logged at that round; <metric>@mean: mean over rounds
             name, at = path.rsplit("@", 1)
             if at == "mean":
                 pts = [x for _, x in run.series(name)]
@@ -295,7 +330,7 @@ class Report:
         else:
             s = run.summary
             v = s.get(path)
-            if v is None and "." in path:                   # <metric>.<stat> in metrics, or <key>.<field>
+            if v is None and "." in path:  # <metric>.<stat> in metrics, or <key>.<field>
                 name, stat = path.rsplit(".", 1)
                 node = s.get("metrics", {}).get(name, s.get(name))
                 v = node.get(stat) if isinstance(node, dict) else None
@@ -307,15 +342,24 @@ class Report:
         (``last`` = its last logged round) — same seed, same column; speedup = that target round / rounds."""
         t = self.table
         metric, row, at = t.target.get("metric", "global/acc"), canon(t.target.get("row")), t.target.get("at", "last")
-        ref = next((r for r, _ in self.members if r.status == "complete" and canon(r.key(t.rows)) == row
-                    and r.seed == run.seed and (not t.cols or canon(r.key(t.cols)) == col.key)), None)
+        ref = next(
+            (
+                r
+                for r, _ in self.members
+                if r.status == "complete"
+                and canon(r.key(t.rows)) == row
+                and r.seed == run.seed
+                and (not t.cols or canon(r.key(t.cols)) == col.key)
+            ),
+            None,
+        )
         pts = ref.series(metric) if ref else []
         if str(at) != "last":
             pts = [p for p in pts if p[0] == int(at)]
         if not pts:
             return "no target"
         target_round, target = pts[-1]
-        if run is ref:   # the target row needs its target round by definition (the paper's "FedAvg 100 1x")
+        if run is ref:  # the target row needs its target round by definition (the paper's "FedAvg 100 1x")
             return float(target_round) if path == "rounds_to_target" else 1.0
         reached = next((r for r, v in run.series(metric) if r >= 1 and v >= target), None)
         if reached is None:
@@ -334,7 +378,7 @@ class Report:
         p = self.paper(row, col)
         if p == "absent":
             return ""
-        if p is None:   # the paper prints no number: "\" for rounds-to-target (never reached), "—" otherwise
+        if p is None:  # the paper prints no number: "\" for rounds-to-target (never reached), "—" otherwise
             return "\\" if self.table.metrics[col.metric] in DERIVED else "—"
         return fmt(p, self.digits[col.key]) if _number(p) is not None else str(p)
 
@@ -355,7 +399,9 @@ class Report:
 
     def comparison_notes(self) -> list[str]:
         """One line per column with the paper's numbers but no Δ, and why."""
-        return [f"{c.header}: no Δ — {why}" for c in self.columns if self.has_paper(c) and (why := self.not_comparable(c))]
+        return [
+            f"{c.header}: no Δ — {why}" for c in self.columns if self.has_paper(c) and (why := self.not_comparable(c))
+        ]
 
     # ---- what is not complete ---------------------------------------------------------------------------------
     def incomplete(self) -> list[RunRecord]:
@@ -366,8 +412,11 @@ class Report:
         clean = not any(c.other for c in self.cells.values())
         done = [r for r, _ in self.members if r.status == "complete"]
         rounds = {r.config.get("rounds") for r in done}
-        head = f"{len(done)}/{len(self.members)} runs complete" + \
-            (f" ({rounds.pop()} rounds each)" if len(rounds) == 1 else "") + ". Mean ± std over seeds (population std)"
+        head = (
+            f"{len(done)}/{len(self.members)} runs complete"
+            + (f" ({rounds.pop()} rounds each)" if len(rounds) == 1 else "")
+            + ". Mean ± std over seeds (population std)"
+        )
         if clean and len(ns) == 1:
             return f"{head}; n = {ns.pop()} seed(s) per cell."
         return f"{head}; (k/n, ...) = k of the cell's n runs have a value, the others are listed."
@@ -379,8 +428,10 @@ class Report:
         for (row, col), cell in self.cells.items():
             twice = sorted(str(s) for s, n in Counter(cell.seeds).items() if n > 1)
             if twice:
-                out.append(f"cell ({self.row_names[row]}, {col}) has several runs with seed {', '.join(twice)}: "
-                           "they differ in a key that is neither the table's rows nor its columns")
+                out.append(
+                    f"cell ({self.row_names[row]}, {col}) has several runs with seed {', '.join(twice)}: "
+                    "they differ in a key that is neither the table's rows nor its columns"
+                )
         return out
 
     def _early_targets(self) -> list[str]:
@@ -389,14 +440,20 @@ class Report:
             return []
         out, row = [], canon(t.target.get("row"))
         for run, _ in self.members:
-            pts = run.series(t.target.get("metric", "global/acc")) if run.status == "complete" and canon(run.key(t.rows)) == row else []
+            pts = (
+                run.series(t.target.get("metric", "global/acc"))
+                if run.status == "complete" and canon(run.key(t.rows)) == row
+                else []
+            )
             at = t.target.get("at", "last")
             own = [p for p in pts if str(at) == "last" or p[0] == int(at)]
             if own:
                 first = next((r for r, v in pts if r >= 1 and v >= own[-1][1]), own[-1][0])
                 if first < own[-1][0]:
-                    out.append(f"{self.row_names.get(row, row)} (seed {run.seed}) already reached its round-{own[-1][0]} "
-                               f"value at round {first}; its row shows {own[-1][0]} by definition, as the paper's")
+                    out.append(
+                        f"{self.row_names.get(row, row)} (seed {run.seed}) already reached its round-{own[-1][0]} "
+                        f"value at round {first}; its row shows {own[-1][0]} by definition, as the paper's"
+                    )
         return out
 
     def grid_notes(self) -> list[str]:
@@ -405,7 +462,7 @@ class Report:
             return []
         out = [str(self._tune["note"])] if self._tune.get("note") else []
         for row in self.row_keys:
-            for c in (self.columns if self.table.cols else self.columns[:1]):
+            for c in self.columns if self.table.cols else self.columns[:1]:
                 choice = self.grid(row, c)
                 if choice and choice.scores:
                     scale = 100.0 if self.table.percent(c.metric) and "acc" in choice.by.lower() else 1.0
@@ -429,10 +486,15 @@ class Report:
             line = [self.row_names[row]]
             for c in self.columns:
                 choice = self.grid(row, c)
-                line.append(self.cells[(row, c.key)].text(self.digits[c.key]) + (f" {choice.label()}" if choice else ""))
+                line.append(
+                    self.cells[(row, c.key)].text(self.digits[c.key]) + (f" {choice.label()}" if choice else "")
+                )
                 if self.has_paper(c):
                     blank = self.not_comparable(c) and _number(self.paper(row, c)) is not None
-                    line += [self.paper_text(row, c), "n/c" if blank else fmt(self.diff(row, c), self.digits[c.key], sign=True)]
+                    line += [
+                        self.paper_text(row, c),
+                        "n/c" if blank else fmt(self.diff(row, c), self.digits[c.key], sign=True),
+                    ]
             out.append(line)
         return out
 
@@ -444,7 +506,9 @@ def _reduced(run: RunRecord) -> str | None:
     if "rounds" in run.overrides:
         return f"{rounds} rounds (set on the command line)"
     if scale is not None and scale != 1.0:
-        return f"{rounds} of {round(rounds / scale)} rounds (scale={scale:g})" if _number(rounds) else f"scale={scale:g}"
+        return (
+            f"{rounds} of {round(rounds / scale)} rounds (scale={scale:g})" if _number(rounds) else f"scale={scale:g}"
+        )
     return None
 
 

@@ -12,6 +12,7 @@ Shared pieces here: the federation's data (:class:`Federation`), the local solve
 evaluation as fedbench reports it (:func:`evaluate`), the n_k-weighted average (:func:`weighted_average`)
 and the comparisons.
 """
+
 from __future__ import annotations
 
 import copy
@@ -29,7 +30,7 @@ from fedbench.data.partitions import make_partition
 from fedbench.engine.schedule import make_schedule
 from fedbench.models import build_model
 
-TOL = 1e-12                                   # fp64 max |Δ| between fedbench and an oracle
+TOL = 1e-12  # fp64 max |Δ| between fedbench and an oracle
 EXECUTORS = ("sequential", "vectorized")
 # |Δ| allowed on the logged train losses (both executors sum a client's step losses in float64; see
 # test_fedavg.py::test_sequential_executor_logs_the_fp64_training_loss)
@@ -87,14 +88,21 @@ class Federation:
         self.seed = int(cfg.seed)
         ds = load_dataset(cfg.dataset, cache_dir=cfg.cache_dir)
         self.K = int(cfg.clients)
-        part = make_partition(cfg.partition, ds.y.numpy(), ds.n_train, ds.num_classes, self.K,   # as fedbench: the
-                              seeding.rng(int(cfg.partition.seed), "partition"), attrs=ds.attrs)  # split's own seed
+        part = make_partition(
+            cfg.partition,
+            ds.y.numpy(),
+            ds.n_train,
+            ds.num_classes,
+            self.K,  # as fedbench: the
+            seeding.rng(int(cfg.partition.seed), "partition"),
+            attrs=ds.attrs,
+        )  # split's own seed
         self.x, self.y = ds.x.to(torch.float64), ds.y
         self.train = [torch.as_tensor(i, dtype=torch.long) for i in part.train]
         self.test = [torch.as_tensor(i, dtype=torch.long) for i in part.test]
         self.global_test = torch.arange(ds.n_train, len(ds.y))
-        self.n = [len(i) for i in part.train]                        # n_k
-        seeding.seed_everything(self.seed, "init")                  # fedbench's init seed
+        self.n = [len(i) for i in part.train]  # n_k
+        seeding.seed_everything(self.seed, "init")  # fedbench's init seed
         self.model = build_model(cfg.model, tuple(ds.x.shape[1:]), ds.num_classes).to(torch.float64)
         self.rounds = int(cfg.rounds)
 
@@ -115,13 +123,23 @@ class Federation:
             return list(range(self.K))
         return sorted(int(k) for k in seeding.rng(self.seed, "sample", t).choice(self.K, m, replace=False))
 
-    def batches(self, clients: list[int], purpose: str, t: int, *, epochs: int | None = None,
-                steps: int | None = None) -> list[list[torch.Tensor]]:
+    def batches(
+        self, clients: list[int], purpose: str, t: int, *, epochs: int | None = None, steps: int | None = None
+    ) -> list[list[torch.Tensor]]:
         """Per client, its mini-batches' sample indices in fedbench's order (default: ``local_epochs`` epochs)."""
         if epochs is None and steps is None:
             epochs = int(self.cfg.local_epochs)
-        return make_schedule([self.train[k].numpy() for k in clients], clients, int(self.cfg.batch_size), self.seed,
-                             purpose, t, epochs=epochs, steps=steps, drop_last=bool(self.cfg.drop_last))
+        return make_schedule(
+            [self.train[k].numpy() for k in clients],
+            clients,
+            int(self.cfg.batch_size),
+            self.seed,
+            purpose,
+            t,
+            epochs=epochs,
+            steps=steps,
+            drop_last=bool(self.cfg.drop_last),
+        )
 
     def lr(self, t: int) -> float:
         """The local lr of round t: ``lr``, or ``lr_decay_to`` after round ``lr_decay_round`` (step decay)."""
@@ -132,18 +150,29 @@ class Federation:
 def make_optimizer(cfg, params, lr: float) -> torch.optim.Optimizer:
     o = cfg.optim
     if o.name == "sgd":
-        return torch.optim.SGD(params, lr=lr, momentum=float(o.momentum), weight_decay=float(o.weight_decay),
-                               nesterov=bool(o.nesterov))
-    extra = {k: (tuple(o[k]) if k == "betas" else float(o[k])) for k in ("betas", "eps") if k in o}   # else torch's defaults
+        return torch.optim.SGD(
+            params, lr=lr, momentum=float(o.momentum), weight_decay=float(o.weight_decay), nesterov=bool(o.nesterov)
+        )
+    extra = {
+        k: (tuple(o[k]) if k == "betas" else float(o[k])) for k in ("betas", "eps") if k in o
+    }  # else torch's defaults
     return torch.optim.Adam(params, lr=lr, weight_decay=float(o.weight_decay), **extra)
 
 
 class Stats:
-    clipped = 0      # steps whose gradient norm was clipped (so a test can check clipping was exercised)
+    clipped = 0  # steps whose gradient norm was clipped (so a test can check clipping was exercised)
 
 
-def local_sgd(fed: Federation, model: torch.nn.Module, batches: list[torch.Tensor], lr: float, *,
-              penalty=None, grad_hook=None, opt_state: dict | None = None) -> tuple[float, dict]:
+def local_sgd(
+    fed: Federation,
+    model: torch.nn.Module,
+    batches: list[torch.Tensor],
+    lr: float,
+    *,
+    penalty=None,
+    grad_hook=None,
+    opt_state: dict | None = None,
+) -> tuple[float, dict]:
     """A client's local solver: for every mini-batch b in order,
     ``zero_grad; loss = CE(model(x_b), y_b) [+ penalty(model)]; backward; [grad_hook]; [clip]; step``.
 
@@ -188,7 +217,9 @@ def weighted_average(states: list[dict], weights: list[float]) -> dict:
     return out
 
 
-def fedavg_round(fed: Federation, w: dict, t: int, *, penalty=None, opt_state: dict | None = None) -> tuple[dict, float]:
+def fedavg_round(
+    fed: Federation, w: dict, t: int, *, penalty=None, opt_state: dict | None = None
+) -> tuple[dict, float]:
     """One FedAvg round (McMahan et al. 2017, Alg. 1) from global state ``w``: every sampled client k runs
     ``local_sgd`` from a copy of w (with ``penalty``; continuing ``opt_state[k]`` when a dict is given, which is
     updated), then w ← Σ_k n_k w_k / Σ_k n_k. Returns (new w, mean of the clients' mean losses)."""
@@ -196,8 +227,9 @@ def fedavg_round(fed: Federation, w: dict, t: int, *, penalty=None, opt_state: d
     states, losses = [], []
     for k, batches in zip(S, fed.batches(S, "train", t)):
         model = fed.new_model(w)
-        loss, state = local_sgd(fed, model, batches, fed.lr(t), penalty=penalty,
-                                opt_state=None if opt_state is None else opt_state.get(k))
+        loss, state = local_sgd(
+            fed, model, batches, fed.lr(t), penalty=penalty, opt_state=None if opt_state is None else opt_state.get(k)
+        )
         if opt_state is not None:
             opt_state[k] = state
         states.append(model.state_dict())
@@ -218,7 +250,11 @@ def evaluate(fed: Federation, client_model, global_model: torch.nn.Module | None
     hits = np.array([correct(client_model(k), fed, fed.test[k]) for k in range(fed.K)])
     sizes = np.array([len(i) for i in fed.test])
     acc = hits / sizes
-    out = {"pers/acc": float(hits.sum() / sizes.sum()), "pers/acc_mean": float(acc.mean()), "pers_client_acc": acc.tolist()}
+    out = {
+        "pers/acc": float(hits.sum() / sizes.sum()),
+        "pers/acc_mean": float(acc.mean()),
+        "pers_client_acc": acc.tolist(),
+    }
     if global_model is not None:
         out["global/acc"] = correct(global_model, fed, fed.global_test) / len(fed.global_test)
     return out
@@ -227,18 +263,25 @@ def evaluate(fed: Federation, client_model, global_model: torch.nn.Module | None
 def assert_same_models(got: dict, want: dict, names=None, what: str = "") -> None:
     """max |Δ| <= TOL on every floating entry of ``want`` (or of ``names``); ``got`` may hold fedbench stacks."""
     worst, where = 0.0, None
-    for k in (names if names is not None else want):
+    for k in names if names is not None else want:
         if not want[k].is_floating_point():
             continue
-        assert got[k].shape == want[k].shape, f"{what}: {k} has shape {tuple(got[k].shape)}, oracle {tuple(want[k].shape)}"
+        assert got[k].shape == want[k].shape, (
+            f"{what}: {k} has shape {tuple(got[k].shape)}, oracle {tuple(want[k].shape)}"
+        )
         d = (got[k].to(torch.float64) - want[k].to(torch.float64)).abs().max().item()
         if d > worst:
             worst, where = d, k
     assert worst <= TOL, f"{what}: max |fedbench - oracle| = {worst:.3g} at {where}"
 
 
-def assert_same_history(history: list[dict], oracle: list[dict], loss_tol: float = TOL,
-                        keys=("pers/acc", "pers/acc_mean", "global/acc"), loss_keys=("train/loss",)) -> None:
+def assert_same_history(
+    history: list[dict],
+    oracle: list[dict],
+    loss_tol: float = TOL,
+    keys=("pers/acc", "pers/acc_mean", "global/acc"),
+    loss_keys=("train/loss",),
+) -> None:
     """Per round: the accuracies equal, the logged training losses to ``loss_tol``."""
     assert [h["round"] for h in history] == [o["round"] for o in oracle]
     for h, o in zip(history, oracle):
@@ -247,14 +290,16 @@ def assert_same_history(history: list[dict], oracle: list[dict], loss_tol: float
                 assert h[k] == o[k], f"round {o['round']}: {k} fedbench {h[k]} vs oracle {o[k]}"
         for k in loss_keys:
             if k in o:
-                assert math.isclose(h[k], o[k], rel_tol=0, abs_tol=loss_tol), f"round {o['round']}: {k} {h[k]} vs {o[k]}"
+                assert math.isclose(h[k], o[k], rel_tol=0, abs_tol=loss_tol), (
+                    f"round {o['round']}: {k} {h[k]} vs {o[k]}"
+                )
 
 
 def assert_global_run_equal(executor: str, expected: tuple, runs):
     """For methods with one global model (FedAvg-shaped): ``expected = (fed, w, history)`` of the oracle; fedbench's
     final global model (parameters + buffers) and its logged metrics under ``executor`` equal them. Returns the run."""
     fed, w, history = expected
-    assert moved(w, fed.initial_state()) > 1e-2                     # it trained: the comparison is not vacuous
+    assert moved(w, fed.initial_state()) > 1e-2  # it trained: the comparison is not vacuous
     run = runs(executor)
     assert_same_models({**run.algorithm.w, **run.algorithm.bn}, w, what="global model")
     assert_same_history(run.history, history, LOSS_TOL[executor])
@@ -272,6 +317,25 @@ def stacked(states: list[dict]) -> dict:
     return {k: torch.stack([s[k] for s in states]) for k in states[0]}
 
 
-__all__ = ["BASE", "EXECUTORS", "LOSS_TOL", "TOL", "Federation", "Runs", "Stats", "assert_global_run_equal",
-           "assert_same_history", "assert_same_models", "config", "evaluate", "fedavg_round", "fedbench_run", "fixtures",
-           "local_sgd", "make_optimizer", "moved", "stacked", "weighted_average"]
+__all__ = [
+    "BASE",
+    "EXECUTORS",
+    "LOSS_TOL",
+    "TOL",
+    "Federation",
+    "Runs",
+    "Stats",
+    "assert_global_run_equal",
+    "assert_same_history",
+    "assert_same_models",
+    "config",
+    "evaluate",
+    "fedavg_round",
+    "fedbench_run",
+    "fixtures",
+    "local_sgd",
+    "make_optimizer",
+    "moved",
+    "stacked",
+    "weighted_average",
+]

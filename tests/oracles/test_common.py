@@ -1,4 +1,5 @@
 """The oracles' federation draws the same split as fedbench's run: from ``partition.seed`` (default ``${seed}``)."""
+
 from __future__ import annotations
 
 from fedbench.run import Run

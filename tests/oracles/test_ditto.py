@@ -12,24 +12,43 @@ Line by line (Alg. 1, round t, every sampled client k):
 Setting: tiny CNN with BatchNorm (v_k keeps its own running statistics; the global copies' are averaged), λ = 0.5,
 s = one epoch, 3 of 5 uneven clients per round, momentum 0.9.
 """
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from .common import (EXECUTORS, LOSS_TOL, Federation, assert_same_history, assert_same_models, config, evaluate,
-                     fixtures, local_sgd, moved, stacked, weighted_average)
+from .common import (
+    EXECUTORS,
+    LOSS_TOL,
+    Federation,
+    assert_same_history,
+    assert_same_models,
+    config,
+    evaluate,
+    fixtures,
+    local_sgd,
+    moved,
+    stacked,
+    weighted_average,
+)
 
 LAM = 0.5
-OVERRIDES = ("algorithm=ditto", f"algorithm.lam={LAM}", "algorithm.personal_epochs=1", "model=tiny_cnn",
-             "participation=0.6", "optim.persistent_state=true")
+OVERRIDES = (
+    "algorithm=ditto",
+    f"algorithm.lam={LAM}",
+    "algorithm.personal_epochs=1",
+    "model=tiny_cnn",
+    "participation=0.6",
+    "optim.persistent_state=true",
+)
 
 
 def oracle():
     fed = Federation(config(*OVERRIDES))
     w = fed.initial_state()
-    V = [fed.initial_state() for _ in range(fed.K)]                  # personal models v_k (all start at w^0)
-    opt_state = {}                                                   # global-copy optimizer state per client
+    V = [fed.initial_state() for _ in range(fed.K)]  # personal models v_k (all start at w^0)
+    opt_state = {}  # global-copy optimizer state per client
 
     def metrics(w):
         glob = fed.new_model(w)
@@ -38,25 +57,31 @@ def oracle():
     history = [{"round": 0, **metrics(w)}]
     for t in range(1, fed.rounds + 1):
         S = fed.participants(t)
-        anchor = {k: v.clone() for k, v in w.items()}                # w^t
+        anchor = {k: v.clone() for k, v in w.items()}  # w^t
 
-        def prox(model):                                             # (λ/2)‖v − w^t‖²
+        def prox(model):  # (λ/2)‖v − w^t‖²
             return LAM / 2 * sum(((p - anchor[n]) ** 2).sum() for n, p in model.named_parameters())
 
         states, losses, personal_losses = [], [], []
         personal_batches = fed.batches(S, "personal", t, epochs=1)
         for k, batches, pb in zip(S, fed.batches(S, "train", t), personal_batches):
-            model = fed.new_model(w)                                 # lines 4-5
+            model = fed.new_model(w)  # lines 4-5
             loss, opt_state[k] = local_sgd(fed, model, batches, fed.lr(t), opt_state=opt_state.get(k))
             states.append(model.state_dict())
             losses.append(loss)
-            personal = fed.new_model(V[k])                           # lines 6-7
+            personal = fed.new_model(V[k])  # lines 6-7
             personal_loss, _ = local_sgd(fed, personal, pb, fed.lr(t), penalty=prox)
             V[k] = personal.state_dict()
             personal_losses.append(personal_loss)
-        w = weighted_average(states, [fed.n[k] for k in S])          # line 9
-        history.append({"round": t, "train/loss": float(np.mean(losses)),
-                        "train/personal_loss": float(np.mean(personal_losses)), **metrics(w)})
+        w = weighted_average(states, [fed.n[k] for k in S])  # line 9
+        history.append(
+            {
+                "round": t,
+                "train/loss": float(np.mean(losses)),
+                "train/personal_loss": float(np.mean(personal_losses)),
+                **metrics(w),
+            }
+        )
     return fed, w, V, history
 
 

@@ -10,24 +10,39 @@ BatchNorm running statistics are averaged like the weights (not in the paper, wh
 Setting: tiny CNN with BatchNorm, 3 of 5 uneven clients per round, momentum 0.9 with each client's buffers
 kept across rounds (optim.persistent_state=true), weight decay.
 """
+
 from __future__ import annotations
 
 import pytest
 
-from .common import (EXECUTORS, TOL, Federation, assert_global_run_equal, assert_same_history, config, evaluate,
-                     fedavg_round, fixtures)
+from .common import (
+    EXECUTORS,
+    TOL,
+    Federation,
+    assert_global_run_equal,
+    assert_same_history,
+    config,
+    evaluate,
+    fedavg_round,
+    fixtures,
+)
 
-OVERRIDES = ("algorithm=fedavg", "model=tiny_cnn", "participation=0.6", "optim.persistent_state=true",
-             "optim.weight_decay=0.001")
+OVERRIDES = (
+    "algorithm=fedavg",
+    "model=tiny_cnn",
+    "participation=0.6",
+    "optim.persistent_state=true",
+    "optim.weight_decay=0.001",
+)
 
 
 def oracle():
     fed = Federation(config(*OVERRIDES))
     w = fed.initial_state()
-    opt_state = {}                                        # client k -> its SGD state (momentum), across rounds
+    opt_state = {}  # client k -> its SGD state (momentum), across rounds
     history = [{"round": 0, **evaluate(fed, lambda k: fed.new_model(w), fed.new_model(w))}]
     for t in range(1, fed.rounds + 1):
-        w, loss = fedavg_round(fed, w, t, opt_state=opt_state)   # ClientUpdate from w_t; Σ n_k/m_t · w^k
+        w, loss = fedavg_round(fed, w, t, opt_state=opt_state)  # ClientUpdate from w_t; Σ n_k/m_t · w^k
         glob = fed.new_model(w)
         history.append({"round": t, "train/loss": loss, **evaluate(fed, lambda k: glob, glob)})
     return fed, w, history

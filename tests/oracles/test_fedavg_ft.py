@@ -11,16 +11,22 @@ Line by line:
 Setting: tiny CNN with BatchNorm (fine-tuning also moves the copy's running statistics), 3 of 5 uneven clients per
 round, momentum 0.9, ft_lr 0.02 (≠ lr 0.05), 5 fine-tuning steps.
 """
+
 from __future__ import annotations
 
 import pytest
 
-from .common import (EXECUTORS, Federation, assert_global_run_equal, config, evaluate, fedavg_round, fixtures,
-                     local_sgd)
+from .common import EXECUTORS, Federation, assert_global_run_equal, config, evaluate, fedavg_round, fixtures, local_sgd
 
 FT_LR, FT_STEPS = 0.02, 5
-OVERRIDES = ("algorithm=fedavg_ft", f"algorithm.ft_lr={FT_LR}", f"algorithm.ft_steps={FT_STEPS}", "model=tiny_cnn",
-             "participation=0.6", "lr=0.05")
+OVERRIDES = (
+    "algorithm=fedavg_ft",
+    f"algorithm.ft_lr={FT_LR}",
+    f"algorithm.ft_steps={FT_STEPS}",
+    "model=tiny_cnn",
+    "participation=0.6",
+    "lr=0.05",
+)
 
 
 def oracle():
@@ -29,7 +35,7 @@ def oracle():
     def metrics(w, t):
         tuned = []
         for batches in fed.batches(list(range(fed.K)), "finetune", t, steps=FT_STEPS):
-            model = fed.new_model(w)                                  # a copy of w^t
+            model = fed.new_model(w)  # a copy of w^t
             local_sgd(fed, model, batches, FT_LR)
             tuned.append(model)
         return evaluate(fed, lambda k: tuned[k], fed.new_model(w))

@@ -12,29 +12,47 @@ Line by line (Alg. 1):
 Setting: tiny CNN with BatchNorm (2-d and 1-d), 3 of 5 uneven clients per round, momentum 0.9, gradient-norm
 clipping at 1.0.
 """
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from torch import nn
 
-from .common import (EXECUTORS, LOSS_TOL, Federation, Stats, assert_same_history, assert_same_models, config,
-                     evaluate, fixtures, local_sgd, moved, stacked, weighted_average)
+from .common import (
+    EXECUTORS,
+    LOSS_TOL,
+    Federation,
+    Stats,
+    assert_same_history,
+    assert_same_models,
+    config,
+    evaluate,
+    fixtures,
+    local_sgd,
+    moved,
+    stacked,
+    weighted_average,
+)
 
 OVERRIDES = ("algorithm=fedbn", "model=tiny_cnn", "participation=0.6", "optim.clip_grad_norm=1.0")
 
 
 def bn_entries(model: nn.Module) -> set[str]:
     """state_dict names of every BatchNorm layer (affine weight/bias, running mean/var, counter)."""
-    return {f"{m_name}.{n}" for m_name, m in model.named_modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)
-            for n in m.state_dict()}
+    return {
+        f"{m_name}.{n}"
+        for m_name, m in model.named_modules()
+        if isinstance(m, nn.modules.batchnorm._BatchNorm)
+        for n in m.state_dict()
+    }
 
 
 def oracle():
     fed = Federation(config(*OVERRIDES))
     init = fed.initial_state()
     local = bn_entries(fed.model)
-    assert local                                                     # the model has BN layers
+    assert local  # the model has BN layers
     shared = {n: v for n, v in init.items() if n not in local}
     bn = [{n: init[n].clone() for n in local} for _ in range(fed.K)]  # each client's own BN layers
 
@@ -51,10 +69,10 @@ def oracle():
             model = fed.new_model({**shared, **bn[k]})
             loss, _ = local_sgd(fed, model, batches, fed.lr(t))
             state = model.state_dict()
-            bn[k] = {n: state[n] for n in local}                      # BN stays with its client
+            bn[k] = {n: state[n] for n in local}  # BN stays with its client
             states.append({n: v for n, v in state.items() if n not in local})
             losses.append(loss)
-        shared = weighted_average(states, [fed.n[k] for k in S])     # non-BN layers only
+        shared = weighted_average(states, [fed.n[k] for k in S])  # non-BN layers only
         history.append({"round": t, "train/loss": float(np.mean(losses)), **metrics()})
     assert Stats.clipped > clipped
     return fed, shared, bn, history

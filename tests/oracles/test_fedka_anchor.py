@@ -21,6 +21,7 @@ wrote, so the BN buffers are replaced by copies before the mini-batch's forward.
 Setting: tiny CNN with BatchNorm, 5 uneven digits clients (3 per round), γ = 0.3, β = 0.3, 3 rounds of one epoch of
 batch 16 (ragged last batches), fp64.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -30,15 +31,31 @@ import torch.nn.functional as F
 
 from fedbench import seeding
 
-from .common import (EXECUTORS, Federation, assert_global_run_equal, config, evaluate, fixtures, make_optimizer,
-                     weighted_average)
+from .common import (
+    EXECUTORS,
+    Federation,
+    assert_global_run_equal,
+    config,
+    evaluate,
+    fixtures,
+    make_optimizer,
+    weighted_average,
+)
 
 GAMMA, BETA = 0.3, 0.3
 # the paper's optimizer (§5.1: SGD lr 0.01, momentum 0.9, weight decay 1e-5). (With lr 0.05 this tiny BN net's steps
 # amplify round-off chaotically — measured 1e-16 -> 4e-6 over one client's 19 steps — so no 1e-12 comparison holds.)
-OVERRIDES = ("algorithm=fedka", "model=tiny_cnn", "participation=0.6", f"algorithm.gamma={GAMMA}",
-             f"algorithm.beta={BETA}", "algorithm.mu=null", "algorithm.sampling=hard", "lr=0.01",
-             "optim.weight_decay=1e-5")
+OVERRIDES = (
+    "algorithm=fedka",
+    "model=tiny_cnn",
+    "participation=0.6",
+    f"algorithm.gamma={GAMMA}",
+    f"algorithm.beta={BETA}",
+    "algorithm.mu=null",
+    "algorithm.sampling=hard",
+    "lr=0.01",
+    "optim.weight_decay=1e-5",
+)
 DOM, NON, MISS = 0, 1, 2
 
 
@@ -58,7 +75,8 @@ def shared_set(fed: Federation) -> list[int]:
 
 @torch.no_grad()
 def knowledge_anchor(fed: Federation, k: int, types: list[int], S: list[int], global_model) -> torch.Tensor:
-    """T_k^r (Eq. 2) in class order: the max-CE sample of θ_g^r for each non-dominant class, S[c] for each missing one."""
+    """T_k^r (Eq. 2) in class order: the max-CE sample of θ_g^r for each non-dominant class, S[c] for each
+    missing one."""
     global_model.eval()
     idx = fed.train[k]
     anchor = []
@@ -72,8 +90,9 @@ def knowledge_anchor(fed: Federation, k: int, types: list[int], S: list[int], gl
     return torch.tensor(anchor, dtype=torch.long)
 
 
-def local_fedka(fed: Federation, model, batches, lr: float, x_T: torch.Tensor, z_g: torch.Tensor,
-                keep: torch.Tensor) -> float:
+def local_fedka(
+    fed: Federation, model, batches, lr: float, x_T: torch.Tensor, z_g: torch.Tensor, keep: torch.Tensor
+) -> float:
     """E epochs of SGD on CE + β·L_KA (Eq. 3); returns the mean loss over the steps."""
     opt = make_optimizer(fed.cfg, list(model.parameters()), lr)
     bns = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
@@ -81,13 +100,13 @@ def local_fedka(fed: Federation, model, batches, lr: float, x_T: torch.Tensor, z
     for idx in batches:
         opt.zero_grad()
         model.eval()
-        z_l = model(x_T)                                               # f_θ(T): eval mode, this step's running stats
-        for m in bns:                                                  # the batch's forward writes new copies
+        z_l = model(x_T)  # f_θ(T): eval mode, this step's running stats
+        for m in bns:  # the batch's forward writes new copies
             m.running_mean, m.running_var = m.running_mean.clone(), m.running_var.clone()
         model.train()
-        ce = F.cross_entropy(model(fed.x[idx]), fed.y[idx])            # L_CE on the mini-batch B
-        l_ka = ((z_g - z_l) ** 2 * keep).sum() / len(x_T) if len(x_T) else torch.zeros(())   # (1/|T|)||Φ(Z_g)−Φ(Z_l)||²
-        loss = ce + BETA * l_ka                                        # Eq. 3
+        ce = F.cross_entropy(model(fed.x[idx]), fed.y[idx])  # L_CE on the mini-batch B
+        l_ka = ((z_g - z_l) ** 2 * keep).sum() / len(x_T) if len(x_T) else torch.zeros(())  # (1/|T|)||Φ(Z_g)−Φ(Z_l)||²
+        loss = ce + BETA * l_ka  # Eq. 3
         loss.backward()
         opt.step()
         total += loss.item()
@@ -110,15 +129,15 @@ def oracle():
             anchored += len(T)
             with torch.no_grad():
                 glob.eval()
-                z_g = glob(fed.x[T])                                   # Z_g = f_{θ_g^r}(T), eval mode
-            keep = torch.tensor([kind != DOM for kind in types], dtype=torch.float64)   # Φ keeps C_n ∪ C_m
-            model = fed.new_model(w)                                   # θ_i ← θ_g^r
+                z_g = glob(fed.x[T])  # Z_g = f_{θ_g^r}(T), eval mode
+            keep = torch.tensor([kind != DOM for kind in types], dtype=torch.float64)  # Φ keeps C_n ∪ C_m
+            model = fed.new_model(w)  # θ_i ← θ_g^r
             losses.append(local_fedka(fed, model, batches, fed.lr(t), fed.x[T], z_g, keep))
             states.append(model.state_dict())
-        w = weighted_average(states, [fed.n[k] for k in P])            # Σ |D_i| θ_i / Σ |D_j|
+        w = weighted_average(states, [fed.n[k] for k in P])  # Σ |D_i| θ_i / Σ |D_j|
         g = fed.new_model(w)
         history.append({"round": t, "train/loss": float(np.mean(losses)), **evaluate(fed, lambda k: g, g)})
-    assert anchored > 0                                                # the KA term was exercised
+    assert anchored > 0  # the KA term was exercised
     return fed, w, history
 
 

@@ -10,6 +10,7 @@ Line by line:
 Setting: MLP (no BatchNorm), μ = 0.5, 3 of 5 uneven clients per round, momentum 0.9 (fresh each round),
 gradient-norm clipping at 1.0 (applied to ∇h_k).
 """
+
 from __future__ import annotations
 
 import pytest
@@ -17,8 +18,7 @@ import pytest
 from .common import EXECUTORS, Federation, Stats, assert_global_run_equal, config, evaluate, fedavg_round, fixtures
 
 MU = 0.5
-OVERRIDES = ("algorithm=fedprox", f"algorithm.mu={MU}", "model=mlp", "participation=0.6",
-             "optim.clip_grad_norm=1.0")
+OVERRIDES = ("algorithm=fedprox", f"algorithm.mu={MU}", "model=mlp", "participation=0.6", "optim.clip_grad_norm=1.0")
 
 
 def oracle():
@@ -28,15 +28,15 @@ def oracle():
     history = [{"round": 0, **evaluate(fed, lambda k: glob, glob)}]
     clipped = Stats.clipped
     for t in range(1, fed.rounds + 1):
-        anchor = {k: v.clone() for k, v in w.items()}                                   # w^t
+        anchor = {k: v.clone() for k, v in w.items()}  # w^t
 
-        def prox(model):                                                               # (μ/2)‖w − w^t‖²  (Eq. 2)
+        def prox(model):  # (μ/2)‖w − w^t‖²  (Eq. 2)
             return MU / 2 * sum(((p - anchor[n]) ** 2).sum() for n, p in model.named_parameters())
 
-        w, loss = fedavg_round(fed, w, t, penalty=prox)                                # h_k from w^t; Σ n_k w_k / n
+        w, loss = fedavg_round(fed, w, t, penalty=prox)  # h_k from w^t; Σ n_k w_k / n
         glob = fed.new_model(w)
         history.append({"round": t, "train/loss": loss, **evaluate(fed, lambda k: glob, glob)})
-    assert Stats.clipped > clipped                                                     # clipping was exercised
+    assert Stats.clipped > clipped  # clipping was exercised
     return fed, w, history
 
 

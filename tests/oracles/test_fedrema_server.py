@@ -23,6 +23,7 @@ Line by line (round t, every client participates):
             list references, so later clients mix heads already replaced this round.
 From fedbench: data, partition, model construction and the randomness (batch order, probes, upload order).
 """
+
 from __future__ import annotations
 
 import copy
@@ -33,14 +34,42 @@ import torch
 
 from fedbench import seeding
 
-from .common import (EXECUTORS, LOSS_TOL, Federation, Runs, assert_same_history, assert_same_models, config, evaluate,
-                     local_sgd, moved, stacked, weighted_average)
+from .common import (
+    EXECUTORS,
+    LOSS_TOL,
+    Federation,
+    Runs,
+    assert_same_history,
+    assert_same_models,
+    config,
+    evaluate,
+    local_sgd,
+    moved,
+    stacked,
+    weighted_average,
+)
 
-COMMON = ("algorithm=fedrema", "model=tiny_cnn", "model.batch_norm=false", "optim.persistent_state=true",
-          "optim.clip_grad_norm=1.0", "algorithm.delta=1.0", "algorithm.plot_every=0")
-MODES = {"paper": ("algorithm.head_update=simultaneous", "algorithm.head_pairing=by_id", "algorithm.relevant_weights=samples"),
-         "code": ("algorithm.head_update=sequential_inplace", "algorithm.head_pairing=upload_order",
-                  "algorithm.relevant_weights=uniform")}
+COMMON = (
+    "algorithm=fedrema",
+    "model=tiny_cnn",
+    "model.batch_norm=false",
+    "optim.persistent_state=true",
+    "optim.clip_grad_norm=1.0",
+    "algorithm.delta=1.0",
+    "algorithm.plot_every=0",
+)
+MODES = {
+    "paper": (
+        "algorithm.head_update=simultaneous",
+        "algorithm.head_pairing=by_id",
+        "algorithm.relevant_weights=samples",
+    ),
+    "code": (
+        "algorithm.head_update=sequential_inplace",
+        "algorithm.head_pairing=upload_order",
+        "algorithm.relevant_weights=uniform",
+    ),
+}
 
 
 def similarity(heads: list[torch.nn.Module], probes: torch.Tensor, M: float) -> np.ndarray:
@@ -84,9 +113,9 @@ def oracle(mode: str):
     cfg = config(*COMMON, *MODES[mode])
     fed, hp, code = Federation(cfg), cfg.algorithm, mode == "code"
     K = fed.K
-    models = [fed.new_model() for _ in range(K)]              # the code's clients, each with its own model
+    models = [fed.new_model() for _ in range(K)]  # the code's clients, each with its own model
     opt_state: dict = {}
-    G, H, in_ccp, ccp_end = np.zeros((K, K)), [], True, None   # dependency map, Δs̄ history, CCP flag
+    G, H, in_ccp, ccp_end = np.zeros((K, K)), [], True, None  # dependency map, Δs̄ history, CCP flag
     n = np.array(fed.n, dtype=np.float64)
     history = [{"round": 0, **evaluate(fed, lambda k: models[k], None)}]
     d = next(m for m in models[0].head.modules() if isinstance(m, torch.nn.Linear)).in_features
@@ -98,36 +127,35 @@ def oracle(mode: str):
             loss, opt_state[k] = local_sgd(fed, models[k], batches, fed.lr(t), opt_state=opt_state.get(k))
             losses.append(loss)
         bodies = [{k: v for k, v in m.state_dict().items() if k.startswith("body.")} for m in models]
-        body = weighted_average(bodies, list(n))                                            # Eq. 6
+        body = weighted_average(bodies, list(n))  # Eq. 6
         probes = torch.rand(K, d, generator=seeding.torch_generator(fed.seed, "probe", t), dtype=torch.float64)
-        S = similarity([m.head for m in models], probes * float(hp.probe_scale), float(hp.temperature))   # Eq. 5
+        S = similarity([m.head for m in models], probes * float(hp.probe_scale), float(hp.temperature))  # Eq. 5
         W = np.zeros((K, K))
         if in_ccp:
             gaps = []
             for k in range(K):
-                A, gap = mds(S[k])                                                          # Alg. 1
-                W[k, A] = 1.0 / len(A) if code else n[A] / n[A].sum()                       # Eq. 7
-                G[k, A] += 1                                                                # G
+                A, gap = mds(S[k])  # Alg. 1
+                W[k, A] = 1.0 / len(A) if code else n[A] / n[A].sum()  # Eq. 7
+                G[k, A] += 1  # G
                 gaps.append(gap)
-            H.append(float(np.mean(gaps)))                                                  # Eq. 8
-            if int(np.argmax(H)) != len(H) - 1 and H[-1] / max(H) < float(hp.delta):       # Eq. 9
+            H.append(float(np.mean(gaps)))  # Eq. 8
+            if int(np.argmax(H)) != len(H) - 1 and H[-1] / max(H) < float(hp.delta):  # Eq. 9
                 in_ccp, ccp_end = False, t
         else:
-            W = G / G.sum(1, keepdims=True)                                                 # Eq. 10
+            W = G / G.sum(1, keepdims=True)  # Eq. 10
         if code:
-            order = seeding.rng(fed.seed, "upload_order", t).permutation(K)                 # random.sample order
-            uploaded = [models[i].head for i in order]                                      # references
-            for cid in range(K):                                                            # sorted(uploaded_ids)
+            order = seeding.rng(fed.seed, "upload_order", t).permutation(K)  # random.sample order
+            uploaded = [models[i].head for i in order]  # references
+            for cid in range(K):  # sorted(uploaded_ids)
                 set_head(models[cid].head, weighted_head(W[cid], uploaded))
         else:
             trained = [copy.deepcopy(m.head) for m in models]
             new = [weighted_head(W[k], trained) for k in range(K)]
             for k in range(K):
                 set_head(models[k].head, new[k])
-        for m in models:                                                                    # send_models(base=True)
+        for m in models:  # send_models(base=True)
             m.load_state_dict(body, strict=False)
-        history.append({"round": t, "train/loss": float(np.mean(losses)),
-                        **evaluate(fed, lambda k: models[k], None)})
+        history.append({"round": t, "train/loss": float(np.mean(losses)), **evaluate(fed, lambda k: models[k], None)})
     return fed, models, G, H, ccp_end, history
 
 
@@ -140,7 +168,7 @@ def case(request, tmp_path_factory):
 @pytest.mark.parametrize("executor", EXECUTORS)
 def test_fedrema_server_step_equals_the_plain_pytorch_oracle(executor, case):
     mode, (fed, models, G, H, ccp_end, history), runs = case
-    assert ccp_end is not None and ccp_end < fed.rounds          # both head rules ran: MDS (Eq. 7), then G (Eq. 10)
+    assert ccp_end is not None and ccp_end < fed.rounds  # both head rules ran: MDS (Eq. 7), then G (Eq. 10)
     states = [m.state_dict() for m in models]
     assert moved(states[0], fed.initial_state()) > 1e-2
     algo = runs(executor).algorithm
@@ -148,5 +176,4 @@ def test_fedrema_server_step_equals_the_plain_pytorch_oracle(executor, case):
     assert_same_models(algo.phi, stacked(states), names=algo.head_names, what=f"{mode}: heads φ_k")
     assert algo.G.numpy().tolist() == G.tolist()
     assert algo.history == pytest.approx(H, abs=1e-12) and algo.ccp_end_round == ccp_end
-    assert_same_history(runs(executor).history, history, LOSS_TOL[executor],
-                        keys=("pers/acc", "pers/acc_mean"))
+    assert_same_history(runs(executor).history, history, LOSS_TOL[executor], keys=("pers/acc", "pers/acc_mean"))

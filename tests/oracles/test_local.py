@@ -11,16 +11,36 @@ Setting: MLP, Adam (lr 0.005) with persistent state, gradient-norm clipping at 2
 round. (No BatchNorm here: the bias of a layer feeding a BN has a zero gradient up to ~1e-17 rounding noise, which
 Adam divides by eps = 1e-8, so with Adam a BN net agrees with any other implementation only to ~1e-8.)
 """
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from .common import (EXECUTORS, LOSS_TOL, Federation, Stats, assert_same_history, assert_same_models, config,
-                     evaluate, fixtures, local_sgd, moved, stacked)
+from .common import (
+    EXECUTORS,
+    LOSS_TOL,
+    Federation,
+    Stats,
+    assert_same_history,
+    assert_same_models,
+    config,
+    evaluate,
+    fixtures,
+    local_sgd,
+    moved,
+    stacked,
+)
 
-OVERRIDES = ("algorithm=local", "model=mlp", "participation=0.6", "optim.name=adam", "lr=0.005",
-             "optim.persistent_state=true", "optim.clip_grad_norm=2.0")
+OVERRIDES = (
+    "algorithm=local",
+    "model=mlp",
+    "participation=0.6",
+    "optim.name=adam",
+    "lr=0.005",
+    "optim.persistent_state=true",
+    "optim.clip_grad_norm=2.0",
+)
 
 
 def oracle():

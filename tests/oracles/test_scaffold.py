@@ -15,17 +15,36 @@ Setting: MLP (no BatchNorm), plain SGD as in the paper (momentum 0), η_g = 0.8,
 lr 0.05 in round 1 and 0.02 from round 2 (optim.lr_decay_round=1), 3 rounds. fedbench's logged train/loss is
 CE + ⟨w, c − c_i⟩ (its surrogate whose gradient is the corrected one), not compared here.
 """
+
 from __future__ import annotations
 
 import pytest
 import torch
 
-from .common import (EXECUTORS, Federation, assert_same_history, assert_same_models, config, evaluate, fixtures, local_sgd,
-                     moved, stacked)
+from .common import (
+    EXECUTORS,
+    Federation,
+    assert_same_history,
+    assert_same_models,
+    config,
+    evaluate,
+    fixtures,
+    local_sgd,
+    moved,
+    stacked,
+)
 
 ETA_G = 0.8
-OVERRIDES = ("algorithm=scaffold", f"algorithm.server_lr={ETA_G}", "model=mlp", "participation=0.6",
-             "optim.momentum=0", "lr=0.05", "optim.lr_decay_round=1", "optim.lr_decay_to=0.02")
+OVERRIDES = (
+    "algorithm=scaffold",
+    f"algorithm.server_lr={ETA_G}",
+    "model=mlp",
+    "participation=0.6",
+    "optim.momentum=0",
+    "lr=0.05",
+    "optim.lr_decay_round=1",
+    "optim.lr_decay_to=0.02",
+)
 
 
 def oracle():
@@ -39,20 +58,20 @@ def oracle():
         S, eta = fed.participants(t), fed.lr(t)
         dy, dc = [], []
         for i, batches in zip(S, fed.batches(S, "train", t)):
-            model = fed.new_model(x)                                                    # y_i ← x
+            model = fed.new_model(x)  # y_i ← x
 
-            def corrected(model, ci=c_i[i]):                                            # g_i(y_i) − c_i + c
+            def corrected(model, ci=c_i[i]):  # g_i(y_i) − c_i + c
                 for n, p in model.named_parameters():
                     p.grad += c[n] - ci[n]
 
             local_sgd(fed, model, batches, eta, grad_hook=corrected)
             y = model.state_dict()
-            c_plus = {n: c_i[i][n] - c[n] + (x[n] - y[n]) / (len(batches) * eta) for n in x}   # option II
+            c_plus = {n: c_i[i][n] - c[n] + (x[n] - y[n]) / (len(batches) * eta) for n in x}  # option II
             dy.append({n: y[n] - x[n] for n in x})
             dc.append({n: c_plus[n] - c_i[i][n] for n in x})
             c_i[i] = c_plus
-        x = {n: x[n] + ETA_G * sum(d[n] for d in dy) / len(S) for n in x}               # line 16
-        c = {n: c[n] + sum(d[n] for d in dc) / fed.K for n in c}                        # line 17
+        x = {n: x[n] + ETA_G * sum(d[n] for d in dy) / len(S) for n in x}  # line 16
+        c = {n: c[n] + sum(d[n] for d in dc) / fed.K for n in c}  # line 17
         glob = fed.new_model(x)
         history.append({"round": t, **evaluate(fed, lambda k: glob, glob)})
     return fed, x, c, c_i, history
