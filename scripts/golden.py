@@ -6,6 +6,10 @@ meant to change numbers, and say so in the commit:
 
     python scripts/golden.py --write            # all algorithms (about 2 min on one core)
     python scripts/golden.py fedavg pfedme      # print the differences of some, write nothing
+    python scripts/golden.py --write my_method  # add a new method's runs (recorded as made on this machine)
+
+Each run remembers the machine that recorded it (``machines``; default: the file's ``machine``), so runs added on
+another machine are compared bit for bit there and to 1e-7 (fp64) elsewhere, like the rest.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import platform
 import sys
 import tempfile
@@ -119,14 +124,25 @@ def _number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def recorded_on(fixture: dict, key: str) -> str | None:
+    """The machine that recorded run ``key`` of the fixture."""
+    return fixture.get("machines", {}).get(key, fixture.get("machine"))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("algorithms", nargs="*", help="default: every conf/algorithm config")
-    ap.add_argument("--write", action="store_true", help=f"(re)write {FIXTURE.relative_to(REPO)}")
+    ap.add_argument("--write", action="store_true", help=f"(re)write {os.path.relpath(FIXTURE, REPO)}")
     a = ap.parse_args(argv)
     names = a.algorithms or algorithms()
     old = json.loads(FIXTURE.read_text()) if FIXTURE.exists() else {"runs": {}}
-    new = {"machine": machine(), "common": COMMON, "runs": dict(old.get("runs", {}))}
+    here = machine()
+    new = {
+        "machine": old.get("machine", here),
+        "machines": dict(old.get("machines", {})),
+        "common": COMMON,
+        "runs": dict(old.get("runs", {})),
+    }
     changed = failed = 0
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
@@ -142,10 +158,11 @@ def main(argv=None) -> int:
                 changed += bool(d)
                 print(f"{key}: {'identical' if not d else f'{len(d)} differences, e.g. ' + d[0]}", flush=True)
                 new["runs"][key] = got
+                new["machines"][key] = here
     if a.write:
         FIXTURE.parent.mkdir(parents=True, exist_ok=True)
         FIXTURE.write_text(json.dumps(new, indent=0, sort_keys=True) + "\n")
-        print(f"wrote {FIXTURE.relative_to(REPO)} ({len(new['runs'])} runs, machine: {new['machine']})")
+        print(f"wrote {os.path.relpath(FIXTURE, REPO)} ({len(new['runs'])} runs, machine: {new['machine']})")
     return 1 if failed or (changed and not a.write) else 0
 
 

@@ -17,7 +17,7 @@ _spec = importlib.util.spec_from_file_location("golden", REPO / "scripts" / "gol
 golden = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(golden)
 FIXTURE = json.loads(golden.FIXTURE.read_text()) if golden.FIXTURE.exists() else {"runs": {}}
-SAME_MACHINE = FIXTURE.get("machine") == golden.machine()
+HERE = golden.machine()
 
 
 def test_every_algorithm_config_has_golden_runs():
@@ -32,9 +32,24 @@ def test_golden_runs_are_reproduced(tmp_path, algorithm):
         want = FIXTURE["runs"].get(f"{algorithm}/{precision}")
         if want is None:
             pytest.fail(f"{algorithm}/{precision} is not in {golden.FIXTURE.name}")
-        if not SAME_MACHINE and precision != "fp64":
+        same_machine = golden.recorded_on(FIXTURE, f"{algorithm}/{precision}") == HERE
+        if not same_machine and precision != "fp64":
             continue
         got = golden.record(algorithm, precision, tmp_path)
-        problems = golden.diff(want, got, rel=0.0 if SAME_MACHINE else 1e-7)
+        problems = golden.diff(want, got, rel=0.0 if same_machine else 1e-7)
         assert not problems, f"{algorithm}/{precision}: {len(problems)} numbers differ, e.g. {problems[:3]}"
         assert any(k.endswith("/acc") for k in got["metrics"]), "no accuracy logged"
+
+
+def test_runs_added_on_another_machine_are_marked_as_made_there(tmp_path, monkeypatch):
+    """`--write <new method>` on machine B keeps the file's machine (A) for the other runs and records B for the new
+    ones, so each run is compared bit for bit only where it was made."""
+    fixture = tmp_path / "runs.json"
+    fixture.write_text(json.dumps({"machine": "machine A", "runs": {"fedprox/fp64": {"metrics": {}}}}))
+    monkeypatch.setattr(golden, "FIXTURE", fixture)
+    monkeypatch.setattr(golden, "PRECISIONS", ("fp64",))
+    assert golden.main(["--write", "fedavg"]) == 0
+    written = json.loads(fixture.read_text())
+    assert written["machine"] == "machine A" and set(written["runs"]) == {"fedprox/fp64", "fedavg/fp64"}
+    assert golden.recorded_on(written, "fedavg/fp64") == HERE != "machine A"
+    assert golden.recorded_on(written, "fedprox/fp64") == "machine A"
