@@ -30,13 +30,14 @@ class _Outputs:
         self.fm.set_mode(train)
 
 
-def client_outputs(run, fn: Callable, params: Stack, buffers: Stack, idx: list[np.ndarray]) -> list[torch.Tensor]:
+def client_outputs(ctx, fn: Callable, params: Stack, buffers: Stack, idx: list[np.ndarray]) -> list[torch.Tensor]:
     """Eval-mode, no-grad ``fn(p_m, b_m, x)`` of stacked client model m on the pool samples ``idx[m]``, for every m.
 
-    ``fn`` is any pure function of one client's (params, buffers, inputs), e.g. ``run.fm.features`` or a
-    predictor that combines several heads; it runs under ``vmap`` with the vectorized executor.
+    ``ctx``: the algorithm's :class:`~fedbench.context.Context`. ``fn`` is any pure function of one client's (params,
+    buffers, inputs), e.g. ``ctx.fm.features`` or a predictor that combines several heads; it runs under ``vmap``
+    with the vectorized executor.
     """
-    return run.executor.predict(_Outputs(run.fm, fn), params, buffers, run.data.x, [run.data.tensor(i) for i in idx])
+    return ctx.executor.predict(_Outputs(ctx.fm, fn), params, buffers, ctx.data.x, [ctx.data.tensor(i) for i in idx])
 
 
 def class_means(
