@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export WANDB_SILENT := true
 
-.PHONY: setup demo test lint format bench gpu-check clean
+.PHONY: setup demo test lint format bench gpu-check gpu-rehearsal clean
 
 $(BIN)/fedbench: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -31,8 +31,18 @@ format: setup   ## ruff: fix what it can, then format
 bench: setup  ## executor throughput and fraction of the machine's FLOP bound
 	$(BIN)/python scripts/bench.py
 
-gpu-check: setup  ## on a GPU machine: equality, syncs, numerics, benchmark, memory -> one report file
+gpu-check: setup  ## on a GPU machine: env, equality, syncs, settings, clients sweep, memory, claims -> gpu_check_<time>/
 	bash scripts/gpu_check.sh
 
+# The GPU machine, rehearsed here: a venv with only the GPU image's packages (symlinked from .venv; REHEARSAL_PY=<a
+# python with another torch> rehearses that torch), the travel kit of scripts/device_prep.sh, then the exact GPU
+# command in --cpu-smoke mode. Its report: .rehearsal/out/report.txt.
+REHEARSAL_PY ?= $(BIN)/python
+gpu-rehearsal: setup
+	bash scripts/device_prep.sh
+	$(REHEARSAL_PY) scripts/device_kit.py rehearsal-env .rehearsal/venv
+	rm -rf .rehearsal/out
+	env -u FEDBENCH_DATA PYTHON=.rehearsal/venv/bin/python bash scripts/gpu_check.sh --out .rehearsal/out --cpu-smoke --budget 170
+
 clean:
-	rm -rf outputs .cache .pytest_cache
+	rm -rf outputs .cache .pytest_cache .rehearsal

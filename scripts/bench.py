@@ -41,12 +41,20 @@ import time
 from pathlib import Path
 
 import torch
-from hydra import compose, initialize_config_dir
 from torch.utils.flop_counter import FlopCounterMode
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 PER_CLIENT = 600  # images per client before the 80/20 train/test split, in every workload
+
+
+def compose_cfg(overrides: list[str]):
+    """fedbench's config with these overrides (Hydra imported here, so that importing this module needs only torch:
+    scripts/gpu_check.py reuses its functions)."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        return compose("config", overrides=overrides)
 
 
 def matmul_peak(device: torch.device, n: int = 2048, reps: int = 10, trials: int = 3, warmup: int = 3) -> float:
@@ -133,8 +141,7 @@ def measure(spec: dict) -> dict:
         f"hardware.channels_last={spec['channels_last']}",
         *workload_overrides(spec["workload"], spec["clients"], spec["data"], spec["shape"], spec["test_per_class"]),
     ]
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=overrides)
+    cfg = compose_cfg(overrides)
     run = Run(cfg, tempfile.mkdtemp(prefix="fedbench-bench-"))
     run.setup()
     algo, dev = run.algorithm, run.device
@@ -230,8 +237,7 @@ def count_calls(args) -> None:
                 "dataset.test_per_class=1000",
             ]
         )
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=[f"clients={args.clients}", *ov])
+    cfg = compose_cfg([f"clients={args.clients}", *ov])
     from fedbench.data.datasets import load_dataset
 
     ds = load_dataset(cfg.dataset, cache_dir=cfg.cache_dir)

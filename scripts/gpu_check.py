@@ -1,255 +1,798 @@
 #!/usr/bin/env python
-"""The checks scripts/gpu_check.sh runs on the first GPU (each prints PASS/FAIL lines; exit 1 if any failed).
+"""The first-GPU check: ONE process (CUDA initialised once; only the memory measurements and the claim runs get their
+own), every result printed as it comes and written under ``--out`` (the device tool brings back only ``$OUT``):
 
-    python scripts/gpu_check.py env                        # device, memory, TF32/cuDNN flags
-    python scripts/gpu_check.py equality --device cuda     # sequential == vectorized (fp64; fp32 with TF32 off)
-    python scripts/gpu_check.py cpu-vs-cuda                # the same fp64 run on the CPU and on the GPU
-    python scripts/gpu_check.py syncs --device cuda        # host syncs inside a vectorized round's step loop
-    python scripts/gpu_check.py memory --device cuda       # peak memory of ResNet-50, 10 clients x batch 128
+    report.txt     every line below, PASS/FAIL per check, planned vs taken time per section
+    bench.json     every measurement (rewritten after each one, so a killed run keeps what it had)
+    clients.png    the clients sweep
+    claims.tar.gz  the paper-scale claim runs that finished (config, summary, metrics; no checkpoints), readable here
+                   with ``tar xzf claims.tar.gz -C outputs && fedbench-claims report <paper> --scale paper``
 
-``--quick`` shrinks every run (the CPU smoke test of the script uses it).
+Sections, each with bounded work (``SIZES``) and printed before it starts with its planned work and estimated time:
+  1 env          python/torch/CUDA/cuDNN, the device, the TF32 / cuDNN flags fedbench sets (reading them must not raise)
+  2 equality     sequential == vectorized on the device (fp64; fp32 judged against the fp64 answer,
+                 fedbench/engine/agreement.py) for FedAvg with BatchNorm, SCAFFOLD, FedRoD with persistent optimizer
+                 state and Ditto; the same fp64 run on the CPU and on the device
+  3 syncs        no host sync inside a vectorized round's step loop: torch.cuda.set_sync_debug_mode("error") around the
+                 loop, and fedbench's counter (fedbench/engine/syncs.py)
+  4 settings     s/round and sample-gradients/s of the seed papers' settings (FedReMa Table 1 CIFAR-10 AlexNet, FedKA
+                 Table 1 t-CNN, ECL Table 1 ResNet-32; the claims files' paper scale) at fp32 with TF32 off and on and
+                 bf16 autocast; a warm-up round, then one timed round; a paper-scale run's time extrapolated from it
+  5 clients      vectorized s/round for 10/50/100/200 clients (equal workload, E = 1): PASS if 100 clients cost at
+                 most 2x what 10 do (the goal), with the sequential executor at 10 clients for scale
+  6 memory       ResNet-50 (CIFAR stem), 10 clients x batch 128: peak memory unbudgeted, with a hardware.max_memory
+                 that forces >= 2 chunks (PASS: >= 2 chunks and the peak within the budget), and a client count sized to
+                 overflow the device (PASS: the out-of-memory halving finishes the round); one process each
+  7 claims       with the time left of ``--budget``: the claim runs whose estimated time (from section 4) fits, most
+                 informative first (FedKA Table 1 FedAvg vs FedKA, then FedReMa Table 1 CIFAR-10 FedAvg vs FedReMa),
+                 a pair of arms per seed; a run that would not finish is not started
+
+    bash scripts/gpu_check.sh --out DIR [--budget 540]     # on the GPU machine (installs the travel kit first)
+    bash scripts/gpu_check.sh --out DIR --cpu-smoke         # the same code on the CPU with tiny sizes (rehearsal)
+
+Exit code: 0 if every check passed, 1 if one failed, 3 without a usable GPU (not in --cpu-smoke mode).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
+import math
+import os
+import subprocess
 import sys
+import tarfile
 import tempfile
+import time
+import traceback
 import warnings
 from pathlib import Path
 
 import torch
-from hydra import compose, initialize_config_dir
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-FAILED: list[str] = []
+sys.path[:0] = [str(REPO), str(REPO / "scripts")]
 
-# (name, overrides): the methods whose client state makes the two executors' bookkeeping differ most
-CASES = [
-    ("fedavg tiny_cnn (BN)", ["algorithm=fedavg", "model=tiny_cnn"]),
-    ("fedavg mlp", ["algorithm=fedavg", "model=mlp"]),
+# Assumed cost of one vectorized client-step on an H100 (ms, at the workload's batch) and of building a run (s): only
+# for the plan printed at the start; the report prints planned vs taken per section so the next plan can use the truth.
+ASSUMED_MS = {"mlp": 0.3, "tiny_cnn": 0.5, "cnn": 1.0, "tcnn": 2.0, "alexnet": 2.0, "resnet32": 8.0, "resnet50": 40.0}
+ASSUMED_SETUP_S = 2.0
+
+SIZES = {
+    "gpu": {
+        "eq_rounds": 2,
+        "eq_cases": 4,
+        "settings": [  # (label, paper, experiment, arms measured at fp32; the first arm also with TF32 and bf16)
+            ("FedKA Table 1, CIFAR-10, t-CNN", "fedka", "table1", ["fedavg", "fedka_0.01"]),
+            ("FedReMa Table 1, CIFAR-10, AlexNet", "fedrema", "table1", ["fedavg", "fedrema"]),
+            ("ECL Table 1, CIFAR-10-LT, ResNet-32", "ecl", "table1", ["ecl"]),
+        ],
+        "setting_overrides": [],
+        "sweep": [10, 50, 100, 200],
+        "sweep_model": ("cnn", "3,32,32", 100, 480),  # model, synthetic shape, batch, training images per client
+        "memory": {"model": "resnet50", "clients": 10, "batch": 128, "per_client": 256, "oom_case": True},
+        "claims_scale": "paper",
+        "claims": [("fedka", "table1", ["fedavg", "fedka_0.01"]), ("fedrema", "table1", ["fedavg", "fedrema"])],
+    },
+    "smoke": {
+        "eq_rounds": 1,
+        "eq_cases": 2,
+        "settings": [
+            ("FedKA Table 1 (smoke: tiny data)", "fedka", "table1", ["fedavg"]),
+            ("ECL Table 1 (smoke: tiny data)", "ecl", "table1", ["ecl"]),
+        ],
+        "setting_overrides": [
+            "dataset=synthetic",
+            "dataset.shape=[3,32,32]",
+            "dataset.train_per_class=12",
+            "dataset.test_per_class=3",
+            "clients=3",
+            "local_epochs=1",
+            "partition.min_size=2",
+            "lr=0.01",  # on 36 synthetic images some settings blow up (ECL's loss reaches 5e3 in round 2); speed
+            "divergence.factor=null",  # does not depend on it: stop only on non-finite values
+        ],
+        "sweep": [2, 4],
+        "sweep_model": ("mlp", "1,8,8", 16, 32),
+        "memory": {"model": "tiny_cnn", "clients": 4, "batch": 8, "per_client": 16, "oom_case": False},
+        "claims_scale": "smoke",
+        "claims": [("fedka", "table1", ["fedavg", "fedka_0.01"])],
+    },
+}
+
+EQ_CASES = [  # the methods whose client state makes the executors' bookkeeping differ most
+    ("fedavg tiny_cnn (BatchNorm)", ["algorithm=fedavg", "model=tiny_cnn"]),
     ("scaffold", ["algorithm=scaffold", "model=tiny_cnn"]),
     (
-        "fedrod persistent state",
+        "fedrod, persistent optimizer state",
         ["algorithm=fedrod", "model=tiny_cnn", "algorithm.head_scope=head", "optim.persistent_state=true"],
     ),
     ("ditto", ["algorithm=ditto", "model=tiny_cnn"]),
 ]
+EQ_BASE = ["logger=none", "clients=6", "participation=0.67"]
 
 
-def cfg_of(*overrides: str):
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        return compose("config", overrides=["logger=none", "clients=6", "participation=0.67", "rounds=3", *overrides])
+class Report:
+    """Lines to the console and report.txt as they come; measurements to bench.json after each one."""
+
+    def __init__(self, out: Path, budget: float):
+        self.out = out
+        out.mkdir(parents=True, exist_ok=True)
+        self.txt = (out / "report.txt").open("a", buffering=1)
+        self.data: dict = {"sections": {}, "failed": []}
+        self.t0, self.budget = time.monotonic(), budget
+
+    def say(self, line: str = "") -> None:
+        print(line, flush=True)
+        self.txt.write(line + "\n")
+
+    def check(self, name: str, ok: bool, detail: str = "") -> bool:
+        if not ok:
+            self.data["failed"].append(name)
+        self.say(f"{'PASS' if ok else 'FAIL'}  {name}{': ' + detail if detail else ''}")
+        self.save()
+        return ok
+
+    def put(self, section: str, key: str, value) -> None:
+        self.data["sections"].setdefault(section, {})[key] = value
+        self.save()
+
+    def save(self) -> None:
+        tmp = self.out / "bench.json.tmp"
+        tmp.write_text(json.dumps(self.data, indent=1, default=str))
+        tmp.replace(self.out / "bench.json")
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+    def left(self) -> float:
+        return self.budget - self.elapsed()
+
+    @contextlib.contextmanager
+    def section(self, title: str, planned: str, est_s: float):
+        """A section: its plan first; an exception is a FAIL with its traceback's tail, and the next section runs."""
+        self.say("")
+        self.say(f"== {title}  [planned: {planned}; est. {est_s:.0f} s; {self.elapsed():.0f} s elapsed]")
+        tic = time.monotonic()
+        try:
+            yield
+        except Exception as e:  # noqa: BLE001  (a section's failure is reported, the others still run)
+            tail = "".join(traceback.format_exception(e)[-6:]).rstrip()
+            self.check(f"{title}: completed", False, f"{type(e).__name__}: {e}\n{tail}")
+        took = time.monotonic() - tic
+        self.say(f"-- {title}: took {took:.1f} s (est. {est_s:.0f} s)")
+        self.put("time", title, {"est_s": round(est_s, 1), "took_s": round(took, 1)})
 
 
-def run(*overrides: str):
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def compose(overrides: list[str]):
+    from hydra import compose as hydra_compose
+
+    from fedbench.claims.spec import hydra_context
+
+    with hydra_context():
+        return hydra_compose("config", overrides=overrides)
+
+
+def make_run(overrides: list[str]):
     from fedbench.run import Run
 
-    r = Run(cfg_of(*overrides), tempfile.mkdtemp(prefix="fedbench-gpucheck-"))
-    summary = r.execute()
-    return summary, r
+    return Run(compose(overrides), tempfile.mkdtemp(prefix="fedbench-gpucheck-"))
 
 
-def state_diff(a, b) -> float:
-    """max |a - b| over every tensor of two algorithm states (nested dicts/lists of tensors)."""
-    if torch.is_tensor(a):
-        return (a.detach().double().cpu() - b.detach().double().cpu()).abs().max().item() if a.numel() else 0.0
-    if isinstance(a, dict):
-        return max((state_diff(a[k], b[k]) for k in a), default=0.0)
-    if isinstance(a, (list, tuple)):
-        return max((state_diff(x, y) for x, y in zip(a, b)), default=0.0)
-    return 0.0
+def built(overrides: list[str]):
+    """A run set up for rounds driven here (not by Run.execute): its components and its loggers (an algorithm may
+    publish a picture, as ECL does)."""
+    from fedbench.loggers import build_loggers
+
+    r = make_run(overrides)
+    r.setup()
+    r.loggers = build_loggers(r.cfg, r.run_dir, "gpu_check")
+    return r
 
 
-def verdict(name: str, value: float, allowed: float, extra: str = "", what: str = "max |difference|") -> None:
-    ok = value <= allowed
-    if not ok:
-        FAILED.append(name)
-    shown = f"{value:.2e}" if isinstance(value, float) else str(value)
-    print(f"{'PASS' if ok else 'FAIL'}  {name}: {what} {shown} (allowed {allowed:g}){extra}", flush=True)
+# ---- 1. env ---------------------------------------------------------------------------------------------------
+def env(rep: Report, dev: torch.device) -> None:
+    from importlib import metadata
 
-
-def compare(name: str, a, b, tol: float) -> None:
-    (sa, ra), (sb, rb) = a, b
-    d_state = state_diff(ra.algorithm.state_dict(), rb.algorithm.state_dict())
-    d_metric = max(abs(sa["metrics"][k]["last"] - sb["metrics"][k]["last"]) for k in sa["metrics"])
-    verdict(name, d_state, tol, f"; metrics {d_metric:.2e}")
-
-
-def cmd_env(args) -> None:
     from fedbench.engine import numerics
 
-    print(
-        f"python {sys.version.split()[0]}, torch {torch.__version__}, CUDA build {torch.version.cuda}, "
-        f"cuDNN {torch.backends.cudnn.version()}"
-    )
-    if not torch.cuda.is_available():
-        print(
-            f"no CUDA device: torch.cuda.is_available() is False (TF32 flags as torch starts: {numerics.tf32_flags()})"
-        )
-        return
-    for i in range(torch.cuda.device_count()):
-        p = torch.cuda.get_device_properties(i)
-        print(f"cuda:{i} {p.name}, {p.total_memory / 2**30:.1f} GiB, compute capability {p.major}.{p.minor}")
-    print(f"TF32 as torch starts: {numerics.tf32_flags()}")
-    numerics.configure(False, False, torch.device("cuda"))
-    print(
-        f"TF32 under hardware.tf32=false (fedbench's default): {numerics.tf32_flags()}; "
-        f"cudnn.benchmark={torch.backends.cudnn.benchmark}"
-    )
-    numerics.configure(True, True, torch.device("cuda"))
-    print(
-        f"TF32 under hardware.tf32=true: {numerics.tf32_flags()}; hardware.deterministic=true: "
-        f"deterministic={torch.are_deterministic_algorithms_enabled()}, cudnn.deterministic="
-        f"{torch.backends.cudnn.deterministic}, CUBLAS_WORKSPACE_CONFIG set by setup"
-    )
+    versions = {n: metadata.version(n) for n in ("torch", "hydra-core", "omegaconf", "numpy")}
+    rep.say(f"python {sys.version.split()[0]}; {', '.join(f'{k} {v}' for k, v in versions.items())}")
+    rep.say(f"CUDA build {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}, fedbench from {REPO}")
+    info = {"python": sys.version.split()[0], **versions, "cuda": torch.version.cuda}
+    if dev.type == "cuda":
+        p = torch.cuda.get_device_properties(dev)
+        info.update(gpu=p.name, memory_gib=round(p.total_memory / 2**30, 1), cc=f"{p.major}.{p.minor}")
+        rep.say(f"{dev}: {p.name}, {p.total_memory / 2**30:.1f} GiB, compute capability {p.major}.{p.minor}")
+    rep.put("env", "versions", info)
+    for tf32, det in ((False, False), (True, False), (False, True)):
+        numerics.configure(tf32, det, dev)
+        flags = numerics.tf32_flags()  # must not raise under either setting (torch >= 2.9's TF32 API)
+        bench = torch.backends.cudnn.benchmark
+        rep.say(f"hardware.tf32={tf32} deterministic={det}: {flags}, cudnn.benchmark={bench}")
+        rep.put("env", f"flags tf32={tf32} deterministic={det}", {**flags, "cudnn.benchmark": bench})
+        if dev.type == "cuda":
+            rep.check(f"cudnn.benchmark follows hardware.deterministic={det}", bench == (not det))
+    numerics.configure(False, False, dev)
+    torch.use_deterministic_algorithms(False)
 
 
-def cmd_equality(args) -> None:
-    rounds = ["rounds=1"] if args.quick else []
-    cases = CASES[:1] if args.quick else CASES
-    for precision, tol in (("fp64", 1e-9), ("fp32", 1e-5)):
-        for name, ov in cases:
-            base = [
-                f"hardware.device={args.device}",
-                f"hardware.precision={precision}",
-                "hardware.tf32=false",
+# ---- 2. equality ------------------------------------------------------------------------------------------------
+def equality(rep: Report, dev: torch.device, size: dict) -> None:
+    from fedbench.engine.agreement import fp32_agreement, max_diff
+
+    rounds = f"rounds={size['eq_rounds']}"
+
+    def state(*ov):
+        r = make_run([*EQ_BASE, rounds, *ov])
+        summary = r.execute()
+        return r.algorithm.state_dict(), summary
+
+    for name, ov in EQ_CASES[: size["eq_cases"]]:
+        runs = {
+            (p, ex): state(
                 *ov,
-                *rounds,
-            ]
-            got = [run(*base, f"hardware.executor={ex}") for ex in ("sequential", "vectorized")]
-            compare(f"sequential == vectorized on {args.device}, {precision}, {name}", *got, tol)
+                f"hardware.device={dev}",
+                f"hardware.precision={p}",
+                "hardware.tf32=false",
+                f"hardware.executor={ex}",
+            )
+            for p in ("fp64", "fp32")
+            for ex in ("sequential", "vectorized")
+        }
+        ref = runs["fp64", "sequential"][0]
+        scale = max_diff(ref, _zeros_like(ref))
+        d64 = max_diff(ref, runs["fp64", "vectorized"][0])
+        rep.put("equality", f"{name} fp64", d64)
+        rep.check(
+            f"sequential == vectorized on {dev}, fp64, {name}",
+            d64 <= 1e-9 * max(1.0, scale),
+            f"max |difference| {d64:.2e} (allowed 1e-9 x state scale {scale:.2g})",
+        )
+        ok, text = fp32_agreement(runs["fp32", "sequential"][0], runs["fp32", "vectorized"][0], ref)
+        rep.put("equality", f"{name} fp32", text)
+        rep.check(f"sequential == vectorized on {dev}, fp32 (TF32 off) against the fp64 answer, {name}", ok, text)
+    if dev.type != "cuda":
+        rep.say("(the same run on the CPU and on CUDA: skipped, no GPU here)")
+        return
+    base = [*EQ_BASE, rounds, *EQ_CASES[0][1], "hardware.precision=fp64"]
+    cpu = state(*base, "hardware.device=cpu", "hardware.executor=sequential")[0]
+    scale = max_diff(cpu, _zeros_like(cpu))
+    for ex in ("sequential", "vectorized"):
+        d = max_diff(cpu, state(*base, f"hardware.device={dev}", f"hardware.executor={ex}")[0])
+        rep.put("equality", f"cpu fp64 vs {dev} {ex}", d)
+        rep.check(
+            f"fp64: CPU sequential == {dev} {ex}",
+            d <= 1e-9 * max(1.0, scale),
+            f"max |difference| {d:.2e} (allowed 1e-9 x state scale {scale:.2g})",
+        )
 
 
-def cmd_cpu_vs_cuda(args) -> None:
-    base = ["hardware.precision=fp64", "hardware.executor=sequential", "algorithm=fedavg", "model=tiny_cnn"]
-    a, b = run(*base, "hardware.device=cpu"), run(*base, "hardware.device=cuda")
-    compare("the same fp64 run on the CPU and on CUDA (sequential)", a, b, 1e-9)
-    a, b = (
-        run(*base, "hardware.device=cpu"),
-        run(*base[:1], "hardware.executor=vectorized", *base[2:], "hardware.device=cuda"),
-    )
-    compare("fp64: CPU sequential vs CUDA vectorized", a, b, 1e-9)
+def _zeros_like(state):
+    if torch.is_tensor(state):
+        return torch.zeros_like(state)
+    if isinstance(state, dict):
+        return {k: _zeros_like(v) for k, v in state.items()}
+    if isinstance(state, (list, tuple)):
+        return type(state)(_zeros_like(v) for v in state)
+    return state
 
 
-def cmd_syncs(args) -> None:
-    """Host reads inside a vectorized round's step loop: fedbench's counter, and on CUDA torch's own sync debug mode."""
+# ---- 3. syncs ---------------------------------------------------------------------------------------------------
+def syncs(rep: Report, dev: torch.device) -> None:
     from fedbench.engine.syncs import HostSyncCounter
-    from fedbench.run import Run
 
-    ov = [
-        "hardware.executor=vectorized",
-        f"hardware.device={args.device}",
-        "model=tiny_cnn",
-        "clients=6",
-        "partition.alpha=0.3",
-        "dataset.augment={crop_padding: 1, hflip: true}",
-    ]
-    r = Run(cfg_of(*ov), tempfile.mkdtemp(prefix="fedbench-gpucheck-"))
-    r.setup()
-    counter, caught, cuda = HostSyncCounter(), [], args.device.startswith("cuda")
+    r = built(
+        [
+            *EQ_BASE,
+            "hardware.executor=vectorized",
+            f"hardware.device={dev}",
+            "model=tiny_cnn",
+            "partition.alpha=0.3",
+            "dataset.augment={crop_padding: 1, hflip: true}",
+        ]
+    )
+    counter, cuda = HostSyncCounter(), dev.type == "cuda"
 
     @contextlib.contextmanager
     def loop():  # entered by the executor around every step loop
-        with counter, warnings.catch_warnings(record=True) as seen:
-            warnings.simplefilter("always")
+        with counter:
             if cuda:
-                torch.cuda.set_sync_debug_mode("warn")
+                torch.cuda.set_sync_debug_mode("error")  # a synchronizing call raises, naming itself
             try:
                 yield
             finally:
                 if cuda:
                     torch.cuda.set_sync_debug_mode(0)
-                caught.extend(w for w in seen if "synchroniz" in str(w.message).lower())
 
     r.executor.loop_mode = loop
-    r.algorithm.round(1, torch.arange(6))
-    verdict(
+    try:
+        r.algorithm.round(1, torch.arange(r.data.num_clients))
+        raised = None
+    except RuntimeError as e:
+        raised = str(e).splitlines()[0]
+    rep.put("syncs", "counter", dict(counter.calls))
+    rep.check(
         "host reads inside the vectorized step loop (fedbench's counter)",
-        counter.count,
-        0,
-        f" {dict(counter.calls)}",
-        what="count",
+        counter.count == 0,
+        f"count {counter.count} {dict(counter.calls)}",
     )
     if cuda:
-        verdict(
-            "synchronizing CUDA calls inside the step loop (torch.cuda.set_sync_debug_mode)",
-            len(caught),
-            0,
-            "".join(f"\n      {w.filename}:{w.lineno}: {w.message}" for w in caught[:5]),
-            what="count",
+        rep.check(
+            "no synchronizing CUDA call inside the step loop (set_sync_debug_mode('error'))",
+            raised is None,
+            raised or "none raised",
         )
+    elif raised:
+        raise RuntimeError(raised)
+    reads = HostSyncCounter()
+    with reads:
+        r.evaluator(r.algorithm, 1)
+    rep.put("syncs", "evaluation host reads", dict(reads.calls))
+    rep.say(f"host reads in one evaluation of {r.data.num_clients} clients: {reads.count} {dict(reads.calls)}")
 
 
-def cmd_memory(args) -> None:
-    """Peak GPU memory of a FedAvg round of ResNet-50 (torchvision stem and CIFAR stem), 10 clients x batch 128,
-    vectorized; with and without hardware.max_memory=0.9 (chunks)."""
-    from fedbench.run import Run
+# ---- 4. the papers' settings ------------------------------------------------------------------------------------
+def paper_job(paper: str, exp_name: str, scale: str, arm: str | None, seed: int | None = None):
+    """(experiment, job) of a claims file's experiment at a scale: the job whose swept values name ``arm`` (any arm
+    when None) and ``seed`` (the scale's first when None)."""
+    from fedbench.claims.spec import load
 
-    per_class = (10, 2) if args.quick else (1000, 100)  # --quick: 100 images in all (a smoke test of this code)
-    data = (
-        [f"dataset.root={args.data}", "dataset=cifar10"]
-        if args.data and not args.quick
-        else [
-            "dataset=synthetic",
-            "dataset.shape=[3,32,32]",
-            f"dataset.train_per_class={per_class[0]}",
-            f"dataset.test_per_class={per_class[1]}",
+    exp = load(paper).experiments[exp_name][scale]
+    jobs, _ = exp.jobs()
+    seed = exp.scale.seeds[0] if seed is None else seed
+    for job in jobs:
+        if int(job["seed"]) == seed and (arm is None or arm in {str(job.get(k.lstrip("+~"))) for k in exp.sweep}):
+            return exp, job
+    raise LookupError(f"{paper} {exp_name} {scale}: no job with arm {arm} and seed {seed}")
+
+
+def time_rounds(r, dev: torch.device) -> dict:
+    """A warm-up round (cuDNN benchmarks its shapes), then one timed round: training and evaluation apart."""
+    algo, clients = r.algorithm, r.sample_clients(1)
+    tic = time.perf_counter()
+    algo.round(1, clients)
+    r.evaluator(algo, 1)
+    sync(dev)
+    warm = time.perf_counter() - tic
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)
+    tic = time.perf_counter()
+    algo.round(2, r.sample_clients(2))
+    sync(dev)
+    train = time.perf_counter() - tic
+    tic = time.perf_counter()
+    r.evaluator(algo, 2)
+    sync(dev)
+    evaluation = time.perf_counter() - tic
+    E = int(r.cfg.local_epochs)
+    samples = E * sum(len(r.data.train_idx[int(k)]) for k in clients)
+    peak = torch.cuda.max_memory_allocated(dev) / 2**30 if dev.type == "cuda" else float("nan")
+    return {
+        "warmup_s": warm,
+        "train_s": train,
+        "eval_s": evaluation,
+        "sample_grads": samples,
+        "sample_grads_per_s": samples / train,
+        "peak_gib": peak,
+    }
+
+
+def paper_run_seconds(cfg, m: dict) -> float:
+    """A whole run of this config from one timed round: training every round, evaluation every eval_every."""
+    rounds, every = int(cfg.rounds), max(1, int(cfg.eval_every))
+    return rounds * m["train_s"] + math.ceil(rounds / every) * m["eval_s"]
+
+
+def measure_job(dev: torch.device, exp, job: dict, data: str | None, extra: list[str] = ()) -> dict:
+    """Two rounds of a claims experiment's job (time_rounds), and the time a whole run of it would take."""
+    args = [*exp.job_args(job), *([f"data_root={data}"] if data else [])]
+    r = built([*args, "rounds=2", "logger=none", f"hardware.device={dev}", *extra])
+    m = time_rounds(r, dev)
+    full = compose(args)
+    m.update(paper_run_s=paper_run_seconds(full, m), rounds=int(full.rounds))
+    del r
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+    return m
+
+
+def settings(rep: Report, dev: torch.device, size: dict, data: str | None, estimates: dict) -> None:
+    numerics = [("fp32", ["hardware.precision=fp32", "hardware.tf32=false"])]
+    if dev.type == "cuda" or size is SIZES["smoke"]:
+        numerics += [
+            ("fp32+TF32", ["hardware.precision=fp32", "hardware.tf32=true"]),
+            ("bf16", ["hardware.precision=bf16"]),
         ]
+    for label, paper, exp_name, arms in size["settings"]:
+        for i, arm in enumerate(arms):
+            exp, job = paper_job(paper, exp_name, "paper", arm)
+            for name, nov in numerics if i == 0 else numerics[:1]:
+                key = f"{label} [{arm or 'first arm'}] {name}"
+                try:
+                    m = measure_job(dev, exp, job, data, [*nov, *size["setting_overrides"]])
+                except Exception as e:  # noqa: BLE001  (one setting's failure; the others are still measured)
+                    rep.check(f"{key}: measured", False, f"{type(e).__name__}: {str(e).splitlines()[0]}")
+                    continue
+                rep.put("settings", key, m)
+                rep.say(
+                    f"{key}: {m['train_s']:.2f} s training + {m['eval_s']:.2f} s evaluation per round "
+                    f"(warm-up round {m['warmup_s']:.1f} s), {m['sample_grads_per_s']:.0f} sample-gradients/s, "
+                    f"peak {m['peak_gib']:.1f} GiB; a paper-scale run ({m['rounds']} rounds): "
+                    f"~{m['paper_run_s'] / 60:.1f} min"
+                )
+                if name == "fp32" and not size["setting_overrides"]:  # the claim runs' own numerics and data
+                    estimates[(paper, exp_name, arm)] = m
+
+
+# ---- 5. clients sweep -------------------------------------------------------------------------------------------
+def clients_sweep(rep: Report, dev: torch.device, size: dict) -> None:
+    import bench
+
+    model, shape, batch, per = size["sweep_model"]
+    rows = []
+    plan = [(n, "vectorized") for n in size["sweep"]] + [(size["sweep"][0], "sequential")]
+    for n, ex in plan:
+        ov = [
+            "logger=none",
+            f"hardware.device={dev}",
+            f"hardware.executor={ex}",
+            f"clients={n}",
+            f"model={model}",
+            "local_epochs=1",
+            f"batch_size={batch}",
+            "lr=0.01",
+            "eval.global_model=false",
+            "partition=iid",  # equal clients: `per` training images each (80 % of their share; 20 % their test split)
+            "dataset=synthetic",
+            f"dataset.shape=[{shape}]",
+            f"dataset.train_per_class={math.ceil(n * per / 0.8 / 10)}",
+            "dataset.test_per_class=2",
+        ]
+        r = built(ov)
+        m = time_rounds(r, dev)
+        row = {
+            "clients": n,
+            "executor": ex,
+            "s_per_round": m["train_s"],
+            "samples_per_s": m["sample_grads_per_s"],
+            "peak_bytes": 0 if math.isnan(m["peak_gib"]) else m["peak_gib"] * 2**30,
+        }
+        rows.append(row)
+        rep.put("clients", f"{n} {ex}", m)
+        rep.say(
+            f"{n:>4} clients {ex:>10}: {m['train_s']:.3f} s/round training, {m['sample_grads_per_s']:.0f} "
+            f"sample-gradients/s, peak {m['peak_gib']:.2f} GiB"
+        )
+        del r
+    vec = {r["clients"]: r["s_per_round"] for r in rows if r["executor"] == "vectorized"}
+    lo, hi = size["sweep"][0], 100 if 100 in vec else size["sweep"][-1]
+    ratio = vec[hi] / vec[lo]
+    rep.put("clients", "ratio", {"clients": [lo, hi], "ratio": ratio})
+    rep.check(
+        f"goal: {hi} clients per round at <= 2x the cost of {lo} (vectorized, training)",
+        ratio <= 2.0,
+        f"ratio {ratio:.2f} ({vec[hi]:.3f} s vs {vec[lo]:.3f} s)",
     )
-    model = (
-        ["model=tiny_cnn", "clients=2", "batch_size=8"]
-        if args.quick
-        else ["model=resnet50", "clients=10", "batch_size=128"]
+    bench.plot(rows, ["vectorized", "sequential"], rep.out / "clients.png", f"clients sweep, {model}, {dev}")
+
+
+# ---- 6. memory (one process per measurement) --------------------------------------------------------------------
+def memory_worker(spec: dict) -> dict:
+    """One ResNet-50 round in this process: ``budget`` 'none' | 'two_chunks' | 'overflow'."""
+    from fedbench.engine.executor import LocalJob, VectorizedExecutor
+
+    dev = torch.device(spec["device"])
+    m = spec["memory"]
+    clients = m["clients"]
+    if spec["budget"] == "overflow":  # sized from a probe so that all clients at once need ~1.5x the device
+        clients = spec["overflow_clients"]
+    ov = [
+        "logger=none",
+        f"hardware.device={dev}",
+        "hardware.executor=vectorized",
+        f"model={m['model']}",
+        f"clients={clients}",
+        f"batch_size={m['batch']}",
+        "local_epochs=1",
+        "rounds=1",
+        "participation=1.0",
+        "partition=iid",
+        "dataset=synthetic",
+        "dataset.shape=[3,32,32]",
+        f"dataset.train_per_class={math.ceil(clients * m['per_client'] / 10)}",
+        "dataset.test_per_class=2",
+        "eval.personalized=false",
+    ] + (["model.cifar_stem=true"] if m["model"] == "resnet50" else [])
+    r = built(ov)
+    ex = r.executor
+    assert isinstance(ex, VectorizedExecutor)
+    entered, jobs = [0], []
+    orig_train = ex.train
+
+    def train(job: LocalJob):
+        jobs.append(job)
+        if spec["budget"] == "two_chunks":  # a budget that holds about half of the clients' working memory
+            ex.max_memory = None
+            per = ex.client_step_bytes(job)
+            ex.max_memory = ex.bytes_in_use(job) + per * math.ceil(len(job.schedule) / 2)
+            out = {"per_client_step": per, "budget": ex.max_memory}
+            spec.setdefault("found", {}).update(out)
+        return orig_train(job)
+
+    @contextlib.contextmanager
+    def loop():
+        entered[0] += 1
+        yield
+
+    ex.train, ex.loop_mode = train, loop
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r.algorithm.round(1, torch.arange(r.data.num_clients))
+    sync(dev)
+    peak = torch.cuda.max_memory_allocated(dev) if dev.type == "cuda" else 0
+    per = ex.client_step_bytes(jobs[0]) if jobs else 0
+    return {
+        "clients": clients,
+        "calls": entered[0],
+        "peak_bytes": peak,
+        "per_client_step": per,
+        **spec.get("found", {}),
+    }
+
+
+def memory(rep: Report, dev: torch.device, size: dict) -> None:
+    def worker(budget: str, **extra) -> dict:
+        spec = {"device": str(dev), "memory": size["memory"], "budget": budget, **extra}
+        p = subprocess.run(
+            [sys.executable, __file__, "--memory-worker", json.dumps(spec)],
+            capture_output=True,
+            text=True,
+            timeout=max(30, rep.left()),
+        )
+        if p.returncode:
+            raise RuntimeError(f"memory worker ({budget}) exit {p.returncode}: {p.stderr[-1500:]}")
+        return json.loads(p.stdout.strip().splitlines()[-1])
+
+    m = size["memory"]
+    what = f"{m['model']} {m['clients']} clients x batch {m['batch']}"
+    a = worker("none")
+    rep.put("memory", "unbudgeted", a)
+    rep.say(
+        f"{what}, no budget: peak {a['peak_bytes'] / 2**30:.1f} GiB in {a['calls']} call(s); probe: "
+        f"{a['per_client_step'] / 2**30:.2f} GiB per client-step"
     )
-    for stem in ([] if args.quick else ["false", "true"]) or [None]:
-        for budget in ("null", "0.9"):
-            ov = [
-                *data,
-                *model,
-                "partition=iid",
-                "local_epochs=1",
-                "rounds=1",
-                "participation=1.0",
-                "hardware.executor=vectorized",
-                f"hardware.device={args.device}",
-                f"hardware.max_memory={budget}",
-                *([f"model.cifar_stem={stem}"] if stem else []),
-            ]
-            r = Run(cfg_of(*ov), tempfile.mkdtemp(prefix="fedbench-gpucheck-"))
-            r.setup()
-            cuda = r.device.type == "cuda"
-            if cuda:
-                torch.cuda.reset_peak_memory_stats(r.device)
-            r.algorithm.round(1, torch.arange(r.data.num_clients))
-            peak = torch.cuda.max_memory_allocated(r.device) / 2**30 if cuda else float("nan")
-            print(
-                f"{' '.join(model)} cifar_stem={stem} max_memory={budget}: peak allocated {peak:.1f} GiB"
-                f"{'' if cuda else ' (CPU: not measured)'}",
-                flush=True,
+    b = worker("two_chunks")
+    rep.put("memory", "two_chunks", b)
+    rep.check(
+        f"{what}: a budget for half the clients trains them in >= 2 chunks",
+        b["calls"] >= 2,
+        f"{b['calls']} calls, budget {b.get('budget', 0) / 2**30:.2f} GiB",
+    )
+    if dev.type == "cuda":
+        rep.check(
+            f"{what}: the peak stays within the budget",
+            b["peak_bytes"] <= b["budget"],
+            f"peak {b['peak_bytes'] / 2**30:.2f} GiB, budget {b['budget'] / 2**30:.2f} GiB",
+        )
+    if not m["oom_case"] or dev.type != "cuda":
+        rep.say("(the out-of-memory halving: GPU only)")
+        return
+    total = torch.cuda.get_device_properties(dev).total_memory
+    n = max(m["clients"] + 1, math.ceil(1.5 * total / max(1, a["per_client_step"])))
+    c = worker("overflow", overflow_clients=n)
+    rep.put("memory", "overflow", c)
+    rep.check(
+        f"{m['model']} {n} clients (~1.5x the device): the out-of-memory halving finishes the round",
+        c["calls"] >= 2,
+        f"{c['calls']} calls, peak {c['peak_bytes'] / 2**30:.1f} GiB",
+    )
+
+
+# ---- 7. claims with the time left -------------------------------------------------------------------------------
+def claims(rep: Report, dev: torch.device, size: dict, data: str | None, estimates: dict, work: Path) -> None:
+    from fedbench.claims.results import LAUNCHES, RunSet, sweep_dir
+    from fedbench.claims.runner import commit, machine
+    from fedbench.claims.spec import load
+
+    scale = size["claims_scale"]
+    root = work / "claims"
+    archive = rep.out / "claims.tar.gz"
+    margin = 20.0  # seconds kept for the archive and the report
+    done = []
+    for paper, exp_name, arms in size["claims"]:
+        pc = load(paper)
+        seeds = pc.experiments[exp_name][scale].scale.seeds
+        for seed in seeds:
+            pair = [paper_job(paper, exp_name, scale, arm, seed) for arm in arms]
+            est = 0.0
+            for arm, (exp, job) in zip(arms, pair):  # from section 4, else measured now (2 rounds)
+                if (paper, exp_name, arm) not in estimates:
+                    estimates[paper, exp_name, arm] = m = measure_job(dev, exp, job, data)
+                    rep.put("claims", f"{paper} {exp_name} {arm} probe", m)
+                est += 1.3 * estimates[paper, exp_name, arm]["paper_run_s"] + 15
+            if est > rep.left() - margin:
+                rep.say(
+                    f"{paper} {exp_name} seed {seed} ({' vs '.join(arms)}): est. {est / 60:.1f} min, "
+                    f"{max(0, rep.left() - margin) / 60:.1f} min left: not started"
+                )
+                break
+            for arm, (exp, job) in zip(arms, pair):
+                sweep = sweep_dir(root, scale, paper)
+                sweep.mkdir(parents=True, exist_ok=True)
+                args = ["-m", *exp.job_args(job), "logger=none", f"hydra.sweep.dir={sweep}"]
+                args += [f"data_root={data}"] if data else []
+                tic, started = time.perf_counter(), time.strftime("%Y-%m-%dT%H:%M:%S%z")
+                try:
+                    code = subprocess.run(
+                        [sys.executable, "-m", "fedbench.cli", *args],
+                        timeout=rep.left() - margin,
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.PIPE,
+                        text=True,
+                    ).returncode
+                except subprocess.TimeoutExpired:
+                    code = "timeout"
+                seconds = time.perf_counter() - tic
+                with (sweep / LAUNCHES).open("a") as f:
+                    f.write(
+                        json.dumps(
+                            {
+                                "experiment": exp_name,
+                                "scale": scale,
+                                "started": started,
+                                "seconds": round(seconds, 1),
+                                "exit": code,
+                                "runs": 1,
+                                "command": "fedbench " + " ".join(args),
+                                "invoked": "scripts/gpu_check.py",
+                                "commit": commit(),
+                                "machine": machine(),
+                            }
+                        )
+                        + "\n"
+                    )
+                rep.put("claims", f"{paper} {exp_name} {arm} seed {seed}", {"seconds": seconds, "exit": code})
+                rep.say(f"{paper} {exp_name} {arm} seed {seed}: exit {code} after {seconds:.0f} s")
+                if code == 0:
+                    done.append((paper, exp_name))
+                pack(root, archive)
+    if not done:
+        rep.say("no claim run finished")
+        return
+    with tempfile.TemporaryDirectory() as back:  # read the archive back as fedbench-claims will here
+        with tarfile.open(archive) as tar:
+            tar.extractall(back, filter="data")
+        for paper, exp_name in dict.fromkeys(done):
+            pc = load(paper)
+            runs = RunSet(pc, scale, Path(back) / "claims").runs(pc.experiments[exp_name][scale])
+            n = sum(r.status == "complete" for r in runs)
+            rep.check(
+                f"{pc.paper} {exp_name}: the archive reads back with fedbench-claims",
+                n > 0,
+                f"{n} of {len(runs)} runs complete",
             )
 
 
-def main():
+def pack(root: Path, archive: Path) -> None:
+    """The runs under ``root`` without their checkpoints, as one archive (rewritten after every finished run)."""
+    tmp = archive.with_suffix(".tmp")
+    with tarfile.open(tmp, "w:gz") as tar:
+        tar.add(root, arcname="claims", filter=lambda ti: None if ti.name.endswith((".pt", ".ckpt")) else ti)
+    tmp.replace(archive)
+
+
+# ---- main -------------------------------------------------------------------------------------------------------
+def plan_line(steps: int, model: str, runs: int) -> tuple[str, float]:
+    est = steps * ASSUMED_MS.get(model, 5.0) / 1000 + runs * ASSUMED_SETUP_S
+    return f"{runs} runs, ~{steps} client-steps ({model})", est
+
+
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("check", choices=["env", "equality", "cpu-vs-cuda", "syncs", "memory"])
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--data", default=None, help="folder with cifar10/ (memory check); synthetic otherwise")
+    ap.add_argument("--out", type=Path, default=Path(f"gpu_check_{time.strftime('%Y%m%d-%H%M%S')}"))
+    ap.add_argument("--budget", type=float, default=540.0, help="seconds for everything (claims use what is left)")
+    ap.add_argument("--cpu-smoke", action="store_true", help="tiny sizes on the CPU: rehearses this script")
+    ap.add_argument("--sections", default="1,2,3,4,5,6,7", help="which sections to run, e.g. 7 (claims only)")
+    ap.add_argument("--data", default=os.environ.get("FEDBENCH_DATA"), help="folder with cifar10/ and MNIST/")
+    ap.add_argument("--memory-worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
-    {
-        "env": cmd_env,
-        "equality": cmd_equality,
-        "cpu-vs-cuda": cmd_cpu_vs_cuda,
-        "syncs": cmd_syncs,
-        "memory": cmd_memory,
-    }[args.check](args)
-    if FAILED:
-        print(f"{len(FAILED)} check(s) failed: {'; '.join(FAILED)}")
-        sys.exit(1)
+    if args.memory_worker:
+        print(json.dumps(memory_worker(json.loads(args.memory_worker))))
+        return 0
+    rep = Report(args.out, args.budget)
+    rep.say(
+        f"fedbench gpu_check {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}, budget {args.budget:.0f} s, "
+        f"out {args.out}{' (--cpu-smoke: tiny sizes, the numbers say nothing about a GPU)' if args.cpu_smoke else ''}"
+    )
+    if args.cpu_smoke:
+        dev, size = torch.device("cpu"), SIZES["smoke"]
+    else:
+        try:
+            torch.cuda.init()
+            ok = torch.cuda.is_available()
+        except Exception as e:  # noqa: BLE001
+            ok, why = False, f"{type(e).__name__}: {e}"
+        else:
+            why = "torch.cuda.is_available() is False"
+        if not ok:
+            rep.check("a CUDA device", False, f"{why} (torch {torch.__version__}, CUDA build {torch.version.cuda})")
+            return 3
+        dev, size = torch.device("cuda"), SIZES["gpu"]
+    data = args.data if args.data and Path(args.data, "cifar10").is_dir() else None
+    rep.say(f"data: {data or 'none (synthetic settings; no claim runs at paper scale)'}")
+    if data is None and not args.cpu_smoke:
+        size = {**size, "setting_overrides": ["dataset=synthetic", "dataset.shape=[3,32,32]"], "claims": []}
+
+    mem, cl, sm = size["memory"], size["sweep"], size["sweep_model"]
+    eq_runs = size["eq_cases"] * 4 + (3 if dev.type == "cuda" else 0)
+    n_set = sum(len(arms) + 2 for *_, arms in size["settings"])
+    sections = [
+        ("1. env and numerics flags", "flags only", 1.0),
+        (
+            "2. sequential == vectorized; CPU fp64 == device fp64",
+            *plan_line(eq_runs * size["eq_rounds"] * 4 * 6, "tiny_cnn", eq_runs),
+        ),
+        ("3. host syncs in the step loop", *plan_line(6 * 10, "tiny_cnn", 1)),
+        (
+            "4. the seed papers' settings: fp32, TF32, bf16",
+            f"{n_set} builds x (1 warm-up + 1 timed round) at the paper's local budget",
+            12.0 * n_set,
+        ),
+        ("5. clients sweep", *plan_line(2 * -(-sm[3] // sm[2]) * (sum(cl) + cl[0]), sm[0], len(cl) + 1)),
+        (
+            "6. memory (own processes)",
+            *plan_line(2 * 2 * mem["clients"] * (3 if mem["oom_case"] else 2), mem["model"], 3),
+        ),
+    ]
+    rep.say(
+        "plan (estimates assume "
+        + ", ".join(f"{k} {v} ms" for k, v in ASSUMED_MS.items())
+        + f" per vectorized client-step and {ASSUMED_SETUP_S} s per run build):"
+    )
+    for title, planned, est in sections:
+        rep.say(f"  {title}: {planned}; est. {est:.0f} s")
+    rep.say(f"  total before claims: est. {sum(e for *_, e in sections):.0f} s; then 7. claims with the time left")
+    estimates: dict = {}
+    steps = [
+        lambda: env(rep, dev),
+        lambda: equality(rep, dev, size),
+        lambda: syncs(rep, dev),
+        lambda: settings(rep, dev, size, data, estimates),
+        lambda: clients_sweep(rep, dev, size),
+        lambda: memory(rep, dev, size),
+    ]
+    chosen = {int(x) for x in args.sections.split(",")}
+    for i, ((title, planned, est), step) in enumerate(zip(sections, steps), 1):
+        if i not in chosen:
+            continue
+        if rep.left() < est:
+            rep.say(f"\n== {title}: SKIPPED, {rep.left():.0f} s left for an est. {est:.0f} s")
+            continue
+        with rep.section(title, planned, est):
+            step()
+    if 7 in chosen:
+        with (
+            tempfile.TemporaryDirectory() as work,
+            rep.section("7. claims with the time left", f"{rep.left():.0f} s left", max(0.0, rep.left())),
+        ):
+            claims(rep, dev, size, data, estimates, Path(work))
+    failed = rep.data["failed"]
+    rep.say("")
+    rep.say(
+        f"{len(failed)} check(s) failed{': ' + '; '.join(failed) if failed else ''}; {rep.elapsed():.0f} s; "
+        f"files in {args.out}: {', '.join(sorted(p.name for p in args.out.iterdir()))}"
+    )
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

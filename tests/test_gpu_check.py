@@ -1,59 +1,129 @@
-"""scripts/gpu_check.sh (make gpu-check) on a machine without a GPU, and its checks' code on the CPU (--quick)."""
+"""The first-GPU command (scripts/gpu_check.sh -> scripts/gpu_check.py), rehearsed on the CPU as the GPU machine
+would run it: in a venv holding only the GPU image's packages (scripts/device_kit.py), with the travel kit unzipped
+from wheels, in --cpu-smoke mode. `make gpu-rehearsal` does the same with the wheels pip downloads for Python 3.12."""
 
-import argparse
 import importlib.util
+import json
 import subprocess
 import sys
-import tempfile
+import tarfile
+import zipfile
+from importlib import metadata
 from pathlib import Path
 
 import pytest
 import torch
 
 REPO = Path(__file__).resolve().parent.parent
+SCRIPTS = REPO / "scripts"
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU the script runs its full checks (minutes)")
-def test_without_a_gpu_it_says_so_and_skips_the_cuda_checks(tmp_path):
-    report = tmp_path / "report.txt"
-    p = subprocess.run(
-        ["bash", str(REPO / "scripts" / "gpu_check.sh"), str(report)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={"PYTHON": sys.executable, "PATH": "/usr/bin:/bin"},
-    )
-    assert p.returncode == 0, p.stdout + p.stderr
-    text = report.read_text()
-    assert "== 1. device and numerics flags" in text and f"torch {torch.__version__}" in text
-    assert (
-        "no GPU on this machine (torch.cuda.is_available() is False): skipping the CUDA checks (sections 2-6)" in text
-    )
-    assert text == p.stdout  # everything printed is in the one report file
-
-
-@pytest.fixture
-def gpu_check(monkeypatch, tmp_path):
-    """scripts/gpu_check.py imported in this process (its runs' folders under tmp_path)."""
-    spec = importlib.util.spec_from_file_location("gpu_check", REPO / "scripts" / "gpu_check.py")
+def _module(name: str):
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     return module
 
 
-def test_the_checks_run_on_the_cpu(gpu_check, capsys):
-    """The code the first GPU will run, on tiny CPU runs (in-process; the script's own process is tested above):
-    the equality check, the sync counter, the memory report."""
+@pytest.fixture(scope="module")
+def image_env(tmp_path_factory):
+    """A venv like the GPU image: torch and its neighbours, no hydra / omegaconf / antlr4 / wandb."""
+    target = tmp_path_factory.mktemp("image") / "venv"
+    _module("device_kit").rehearsal_env(target)
+    return target / "bin" / "python"
 
-    def check(name, **kw) -> str:
-        getattr(gpu_check, "cmd_" + name)(argparse.Namespace(**{"device": "cpu", "quick": True, "data": None, **kw}))
-        assert gpu_check.FAILED == []
-        return capsys.readouterr().out
 
-    out = check("equality")
-    assert out.count("PASS  sequential == vectorized on cpu") == 2 and "FAIL" not in out  # fp64 and fp32
-    out = check("syncs")
-    assert "PASS  host reads inside the vectorized step loop (fedbench's counter): count 0 (allowed 0)" in out
-    out = check("memory")
-    assert out.count("peak allocated") == 2
+@pytest.fixture(scope="module")
+def kit(tmp_path_factory):
+    """The travel kit as wheels (zips of the installed hydra-core, omegaconf and antlr4 files: what a pure-Python
+    wheel holds), so that this test needs no package index; device_prep.sh downloads the real ones."""
+    d = tmp_path_factory.mktemp("kit")
+    for name in _module("device_kit").KIT:
+        dist = metadata.distribution(name)
+        with zipfile.ZipFile(d / f"{name.replace('-', '_')}-{dist.version}-py3-none-any.whl", "w") as z:
+            for f in dist.files or []:
+                p = Path(dist.locate_file(f))
+                if p.is_file() and not str(f).startswith(".."):
+                    z.write(p, str(f))
+    return d
+
+
+def test_the_image_env_lacks_what_the_gpu_image_lacks(image_env):
+    ok = subprocess.run([str(image_env), "-c", "import torch, numpy, scipy, matplotlib, rich, sklearn, yaml"])
+    assert ok.returncode == 0
+    for missing in ("hydra", "omegaconf", "wandb"):
+        p = subprocess.run([str(image_env), "-c", f"import {missing}"], capture_output=True, text=True)
+        assert p.returncode != 0 and "ModuleNotFoundError" in p.stderr, missing
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU the command runs its full checks (minutes)")
+def test_without_a_gpu_the_command_fails_and_says_why(tmp_path):
+    out = tmp_path / "out"
+    p = subprocess.run(
+        ["bash", str(SCRIPTS / "gpu_check.sh"), "--out", str(out), "--budget", "60"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PYTHON": sys.executable, "PATH": "/usr/bin:/bin", "FEDBENCH_DATA": str(tmp_path)},
+    )
+    assert p.returncode == 3, p.stdout + p.stderr
+    report = (out / "report.txt").read_text()
+    line = next(ln for ln in report.splitlines() if ln.startswith("FAIL  a CUDA device: "))
+    assert f"(torch {torch.__version__}, CUDA build {torch.version.cuda})" in line  # and torch's own reason before it
+    assert json.loads((out / "bench.json").read_text())["failed"] == ["a CUDA device"]
+
+
+@pytest.mark.slow
+def test_the_gpu_command_rehearsed_in_the_image_env(image_env, kit, tmp_path):
+    """The exact GPU command, --cpu-smoke, in the image-like venv with the kit unzipped: every section completes and
+    passes, its files are what the device tool brings back (<= 8 files, <= 16 MiB each), the claim runs' archive holds
+    no checkpoint and reads back (the command checks that itself: a PASS line)."""
+    out = tmp_path / "out"
+    p = subprocess.run(
+        ["bash", str(SCRIPTS / "gpu_check.sh"), "--out", str(out), "--cpu-smoke", "--budget", "170"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={
+            "PYTHON": str(image_env),
+            "PATH": "/usr/bin:/bin",
+            "FEDBENCH_KIT": str(kit),
+            "FEDBENCH_DATA": str(tmp_path),
+        },
+    )
+    report = (out / "report.txt").read_text()
+    assert p.returncode == 0, report[-4000:] + p.stderr[-2000:]
+    assert "the travel kit from" in (out / "console.txt").read_text()
+    for n in range(1, 8):
+        assert f"\n-- {n}. " in report, f"section {n} did not complete:\n{report[-3000:]}"
+    assert "FAIL" not in report and "0 check(s) failed" in report
+    files = sorted(f for f in out.rglob("*") if f.is_file())
+    assert {f.name for f in files} == {"report.txt", "console.txt", "bench.json", "clients.png", "claims.tar.gz"}
+    assert len(files) <= 8 and all(f.stat().st_size <= 16 * 2**20 for f in files)
+    bench = json.loads((out / "bench.json").read_text())
+    assert {"env", "equality", "syncs", "settings", "clients", "memory", "claims", "time"} <= set(bench["sections"])
+    with tarfile.open(out / "claims.tar.gz") as tar:
+        names = tar.getnames()
+    assert any(n.endswith("summary.json") for n in names) and not any(n.endswith(".pt") for n in names)
+    assert "PASS  fedka table1: the archive reads back with fedbench-claims" in report
+
+
+def test_paper_run_seconds_counts_evaluations_every_eval_every():
+    """100 rounds of 2 s training, evaluation (3 s) every 5th round: 100 x 2 + 20 x 3 = 260 s."""
+    gc = _module("gpu_check")
+    cfg = type("C", (), {"rounds": 100, "eval_every": 5})()
+    assert gc.paper_run_seconds(cfg, {"train_s": 2.0, "eval_s": 3.0}) == 260.0
+    cfg.eval_every = 3  # 34 evaluations (rounds 3, 6, ..., 99 and the ceiling)
+    assert gc.paper_run_seconds(cfg, {"train_s": 2.0, "eval_s": 3.0}) == 200.0 + 34 * 3.0
+
+
+def test_a_claim_run_that_would_not_finish_is_not_started(tmp_path, capsys):
+    """The planner starts a pair of arms only if both fit in the time left (estimate x 1.3 + 15 s each)."""
+    gc = _module("gpu_check")
+    rep = gc.Report(tmp_path / "out", budget=100.0)  # 100 s, 20 s kept: 80 s for runs
+    size = {**gc.SIZES["smoke"], "claims": [("fedka", "table1", ["fedavg", "fedka_0.01"])]}
+    est = {("fedka", "table1", a): {"paper_run_s": 30.0} for a in ("fedavg", "fedka_0.01")}  # 2 x (39 + 15) = 108 s
+    gc.claims(rep, torch.device("cpu"), size, None, est, tmp_path / "work")
+    out = capsys.readouterr().out
+    assert "fedka table1 seed 0 (fedavg vs fedka_0.01): est. 1.8 min, 1.3 min left: not started" in out
+    assert not (tmp_path / "out" / "claims.tar.gz").exists() and not (tmp_path / "work").exists()

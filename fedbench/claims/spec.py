@@ -91,13 +91,16 @@ class Experiment:
                 "config", overrides=[_first(item) for item in self.args() + list(extra)], return_hydra_config=True
             )
 
+    def job_args(self, job: dict) -> list[str]:
+        """The overrides of one job ({key: value} as :meth:`jobs` gives them): :meth:`args` with one value each."""
+        return [f"{k}={job[k.lstrip('+~')]}" if (k := _key(a)).lstrip("+~") in job else _first(a) for a in self.args()]
+
     def compose_job(self, job: dict):
         """The composed config of one job ({key: value} as :meth:`jobs` gives them)."""
         from hydra import compose
 
-        items = [f"{k}={job[k.lstrip('+~')]}" if (k := _key(a)).lstrip("+~") in job else _first(a) for a in self.args()]
         with hydra_context():
-            return compose("config", overrides=items, return_hydra_config=True)
+            return compose("config", overrides=self.job_args(job), return_hydra_config=True)
 
     def jobs(self, cfg=None) -> tuple[list[dict], set]:
         """Every job of the multirun ({key: value} as the run dirs record them) and the results-neutral keys."""
