@@ -63,10 +63,26 @@ SIZES = {
     "gpu": {
         "eq_rounds": 2,
         "eq_cases": 4,
-        "settings": [  # (label, paper, experiment, arms measured at fp32; the first arm also with TF32 and bf16)
-            ("FedKA Table 1, CIFAR-10, t-CNN", "fedka", "table1", ["fedavg", "fedka_0.01"]),
-            ("FedReMa Table 1, CIFAR-10, AlexNet", "fedrema", "table1", ["fedavg", "fedrema"]),
-            ("ECL Table 1, CIFAR-10-LT, ResNet-32", "ecl", "table1", ["ecl"]),
+        # (label, paper, experiment, arms; the first arm also with TF32 and bf16 if `all numerics`; est. s per build =
+        # 2 rounds x batched calls per round (E x the longest client's steps) x an assumed ms per call + evaluation)
+        "settings": [
+            (
+                "FedKA Table 1, CIFAR-10, t-CNN",
+                "fedka",
+                "table1",
+                ["fedavg", "fedka_0.01"],
+                True,
+                2 * 10 * 120 * 3e-3 + 4,
+            ),
+            (
+                "FedReMa Table 1, CIFAR-10, AlexNet",
+                "fedrema",
+                "table1",
+                ["fedavg", "fedrema"],
+                True,
+                2 * 5 * 5 * 4e-3 + 4,
+            ),
+            ("ECL Table 1, CIFAR-10-LT, ResNet-32", "ecl", "table1", ["ecl"], False, 2 * 10 * 100 * 15e-3 + 6),
         ],
         "setting_overrides": [],
         "sweep": [10, 50, 100, 200],
@@ -79,8 +95,8 @@ SIZES = {
         "eq_rounds": 1,
         "eq_cases": 2,
         "settings": [
-            ("FedKA Table 1 (smoke: tiny data)", "fedka", "table1", ["fedavg"]),
-            ("ECL Table 1 (smoke: tiny data)", "ecl", "table1", ["ecl"]),
+            ("FedKA Table 1 (smoke: tiny data)", "fedka", "table1", ["fedavg"], True, 3.0),
+            ("ECL Table 1 (smoke: tiny data)", "ecl", "table1", ["ecl"], False, 5.0),
         ],
         "setting_overrides": [
             "dataset=synthetic",
@@ -410,10 +426,10 @@ def settings(rep: Report, dev: torch.device, size: dict, data: str | None, estim
             ("fp32+TF32", ["hardware.precision=fp32", "hardware.tf32=true"]),
             ("bf16", ["hardware.precision=bf16"]),
         ]
-    for label, paper, exp_name, arms in size["settings"]:
+    for label, paper, exp_name, arms, all_numerics, _ in size["settings"]:
         for i, arm in enumerate(arms):
             exp, job = paper_job(paper, exp_name, "paper", arm)
-            for name, nov in numerics if i == 0 else numerics[:1]:
+            for name, nov in numerics if i == 0 and all_numerics else numerics[:1]:
                 key = f"{label} [{arm or 'first arm'}] {name}"
                 try:
                     m = measure_job(dev, exp, job, data, [*nov, *size["setting_overrides"]])
@@ -691,8 +707,9 @@ def pack(root: Path, archive: Path) -> None:
 
 
 # ---- main -------------------------------------------------------------------------------------------------------
-def plan_line(steps: int, model: str, runs: int) -> tuple[str, float]:
-    est = steps * ASSUMED_MS.get(model, 5.0) / 1000 + runs * ASSUMED_SETUP_S
+def plan_line(steps: int, model: str, runs: int, startup_s: float = 0.0) -> tuple[str, float]:
+    """``startup_s``: per run in a process of its own (Python, torch and CUDA start again)."""
+    est = steps * ASSUMED_MS.get(model, 5.0) / 1000 + runs * (ASSUMED_SETUP_S + startup_s)
     return f"{runs} runs, ~{steps} client-steps ({model})", est
 
 
@@ -703,6 +720,7 @@ def main() -> int:
     ap.add_argument("--cpu-smoke", action="store_true", help="tiny sizes on the CPU: rehearses this script")
     ap.add_argument("--sections", default="1,2,3,4,5,6,7", help="which sections to run, e.g. 7 (claims only)")
     ap.add_argument("--data", default=os.environ.get("FEDBENCH_DATA"), help="folder with cifar10/ and MNIST/")
+    ap.add_argument("--plan", action="store_true", help="print the planned work and its estimated time, run nothing")
     ap.add_argument("--memory-worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.memory_worker:
@@ -715,6 +733,8 @@ def main() -> int:
     )
     if args.cpu_smoke:
         dev, size = torch.device("cpu"), SIZES["smoke"]
+    elif args.plan:
+        dev, size = torch.device("cuda"), SIZES["gpu"]
     else:
         try:
             torch.cuda.init()
@@ -734,7 +754,7 @@ def main() -> int:
 
     mem, cl, sm = size["memory"], size["sweep"], size["sweep_model"]
     eq_runs = size["eq_cases"] * 4 + (3 if dev.type == "cuda" else 0)
-    n_set = sum(len(arms) + 2 for *_, arms in size["settings"])
+    n_set = [(len(arms) + 2 * a, est) for *_, arms, a, est in size["settings"]]
     sections = [
         ("1. env and numerics flags", "flags only", 1.0),
         (
@@ -744,13 +764,13 @@ def main() -> int:
         ("3. host syncs in the step loop", *plan_line(6 * 10, "tiny_cnn", 1)),
         (
             "4. the seed papers' settings: fp32, TF32, bf16",
-            f"{n_set} builds x (1 warm-up + 1 timed round) at the paper's local budget",
-            12.0 * n_set,
+            f"{sum(n for n, _ in n_set)} builds x (1 warm-up + 1 timed round) at the paper's local budget",
+            sum(n * e for n, e in n_set),
         ),
         ("5. clients sweep", *plan_line(2 * -(-sm[3] // sm[2]) * (sum(cl) + cl[0]), sm[0], len(cl) + 1)),
         (
             "6. memory (own processes)",
-            *plan_line(2 * 2 * mem["clients"] * (3 if mem["oom_case"] else 2), mem["model"], 3),
+            *plan_line(2 * 2 * mem["clients"] * (3 if mem["oom_case"] else 2), mem["model"], 3, startup_s=10),
         ),
     ]
     rep.say(
@@ -761,6 +781,8 @@ def main() -> int:
     for title, planned, est in sections:
         rep.say(f"  {title}: {planned}; est. {est:.0f} s")
     rep.say(f"  total before claims: est. {sum(e for *_, e in sections):.0f} s; then 7. claims with the time left")
+    if args.plan:
+        return 0
     estimates: dict = {}
     steps = [
         lambda: env(rep, dev),
