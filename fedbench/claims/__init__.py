@@ -4,6 +4,7 @@ judged seed-paired (docs/claims.md).
     fedbench-claims run <paper|all> [--scale cpu|paper|smoke] [--runs DIR] [--dry-run] [<neutral overrides>...]
     fedbench-claims report [<paper|all>] [--scale cpu[,paper]] [--runs DIR] [--out DIR] [--wandb [MODE] | --no-wandb]
     fedbench-claims check [<paper|all>]
+    fedbench-claims record <paper|all> [--scale cpu|paper|smoke] [--runs DIR] [--out DIR]
 
 ``run`` launches, per scale and paper, the multiruns the claims need (one ``fedbench -m`` per experiment, all in
 ``<runs>/<scale>/<paper>``); finished runs are reused and interrupted ones resumed. ``report`` prints, and writes to
@@ -124,6 +125,11 @@ def main(argv=None) -> int:
         help="also log each page's table to W&B in this mode",
     )
     p.add_argument("--no-wandb", action="store_const", const="disabled", dest="wandb")
+    rec = sub.add_parser("record", help="add the ended runs to docs/results/<paper>/runs.jsonl (commit it)")
+    rec.add_argument("paper", help=f"all or one of: {', '.join(papers())}")
+    rec.add_argument("--scale", default="cpu", choices=SCALES)
+    rec.add_argument("--runs", type=Path, default=RUNS, help=f"where the runs are (default {RUNS})")
+    rec.add_argument("--out", type=Path, help="where the records go (default: the repository's docs/results)")
     c = sub.add_parser("check", help="compose every experiment and check every claim; runs nothing")
     c.add_argument("paper", nargs="?", default="all")
     args, rest = ap.parse_known_args(argv)  # overrides may come after the options too
@@ -141,6 +147,17 @@ def main(argv=None) -> int:
                     for name in _papers(args.paper)
                 ]
             )
+        if args.command == "record":
+            from .records import records_path, write
+
+            for name in _papers(args.paper):
+                n, total = write(load(name), args.scale, args.runs, args.out or default_out())
+                print(
+                    f"fedbench-claims: {name} {args.scale}: {n} ended runs recorded; "
+                    f"{records_path(args.out or default_out(), name)} holds {total}",
+                    file=sys.stderr,
+                )
+            return 0
         if args.command == "check":
             problems = [msg for name in _papers(args.paper) for msg in check(load(name))]
             for msg in problems:

@@ -54,12 +54,15 @@ class RunSet:
     """The runs of one paper at one scale, matched to each experiment's jobs (a job without a run dir is a
     ``missing`` record, so that a claim says how many of its runs exist)."""
 
-    def __init__(self, pc: PaperClaims, scale: str, runs_root: Path):
+    def __init__(self, pc: PaperClaims, scale: str, runs_root: Path, found: list[RunRecord] | None = None):
+        """``found``: the runs (e.g. committed records, fedbench/claims/records.py) instead of those under
+        ``runs_root``."""
         self.pc, self.scale, self.sweep = pc, scale, sweep_dir(runs_root, scale, pc.paper)
-        found = collect([self.sweep]) if self.sweep.is_dir() else []
+        if found is None:
+            found = collect([self.sweep]) if self.sweep.is_dir() else []
         self.by_overrides = {}
         for r in found:
-            if r.path is not None:
+            if r.status != "missing":
                 self.by_overrides.setdefault(frozenset(r.overrides.items()), r)
         self._cache: dict = {}
 

@@ -1,0 +1,121 @@
+"""Compact records of the runs a results page uses, committed beside the page (``docs/results/<paper>/runs.jsonl``):
+the run dirs stay on the machine that made them, their records travel with the repository, so a later session (or a
+reader) rebuilds the page from them and the next machine runs only what is missing.
+
+One JSON line per run: the paper, the scale, how it ended (``status``, ``error``), its identity (the job's
+``overrides``, the chosen config groups, the resolved ``config``), its ``summary`` and every numeric per-round value of
+``metrics.jsonl`` (what trend, speed and time claims read), with where it was made (``commit``, ``machine``: of the
+``fedbench-claims run`` launch that started before the run, else of the process writing the record; ``host``,
+``started``, ``updated``: from its status.json). No checkpoint, model or picture.
+
+    fedbench-claims record <paper> --scale cpu [--runs DIR]     # add the finished runs under DIR to the records
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from ..report.runs import RunRecord
+from .results import RunSet, launches, sweep_dir
+
+RECORDS = "runs.jsonl"
+ENDED = ("complete", "diverged", "failed")  # a run still running or never started has no record
+
+
+def records_path(out: Path, paper: str) -> Path:
+    return Path(out) / paper / RECORDS
+
+
+def _numbers(row: dict) -> dict:
+    return {
+        k: v for k, v in row.items() if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    }
+
+
+def record_of(run: RunRecord, paper: str, scale: str, launch: dict) -> dict:
+    status = {}
+    if run.path is not None:
+        try:
+            status = json.loads((run.path / "status.json").read_text())
+        except (OSError, ValueError):
+            status = {}
+    rounds = {str(r): vals for r, row in sorted(run.rounds().items()) if (vals := _numbers(row))}
+    return {
+        "paper": paper,
+        "scale": scale,
+        "status": run.status,
+        "error": run.error,
+        "overrides": dict(sorted(run.overrides.items())),
+        "choices": run.choices,
+        "config": run.config,
+        "summary": run.summary,
+        "rounds": rounds,
+        "commit": launch.get("commit"),
+        "machine": launch.get("machine"),
+        "host": status.get("host"),
+        "started": status.get("started"),
+        "updated": status.get("updated"),
+    }
+
+
+def _key(rec: dict) -> tuple:
+    return rec["scale"], json.dumps(rec["overrides"], sort_keys=True)
+
+
+def load(path: Path, scale: str | None = None) -> list[RunRecord]:
+    """The records of a file (of one scale) as runs, in the file's order."""
+    out = []
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError:
+        return []
+    for i, line in enumerate(lines):
+        rec = json.loads(line)
+        if scale is not None and rec["scale"] != scale:
+            continue
+        run = RunRecord(None, rec["status"], rec["config"], rec["choices"], rec["overrides"], (0, i), rec["summary"])
+        run.error = rec.get("error")
+        run._rounds = {int(r): vals for r, vals in rec["rounds"].items()}
+        out.append(run)
+    return out
+
+
+def write(pc, scale: str, runs_root: Path, out: Path) -> tuple[int, int]:
+    """Add (or renew) the records of the ended runs of ``pc``'s experiments at ``scale`` found under ``runs_root``;
+    the others' records stay. Returns (records written from runs here, records in the file)."""
+    from .runner import commit, machine
+
+    path = records_path(out, pc.paper)
+    existing = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            rec = json.loads(line)
+            existing[_key(rec)] = rec
+    here = {"commit": commit(), "machine": machine()}
+    starts = sorted(launches(sweep_dir(runs_root, scale, pc.paper)), key=lambda r: r.get("started", ""))
+    rs, n = RunSet(pc, scale, runs_root), 0
+    for exp in pc.needed(scale):
+        for run in rs.runs(exp):
+            if run.path is None or run.status not in ENDED:
+                continue
+            status = {}
+            try:
+                status = json.loads((run.path / "status.json").read_text())
+            except (OSError, ValueError):
+                pass
+            before = [r for r in starts if r.get("started", "") <= status.get("started", "")]
+            rec = record_of(run, pc.paper, scale, before[-1] if before else here)
+            rec["overrides"] = dict(sorted((run.job or run.overrides).items()))
+            existing[_key(rec)] = rec
+            n += 1
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps(existing[k], sort_keys=True) for k in sorted(existing)]
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(line + "\n" for line in lines))
+    tmp.replace(path)
+    return n, len(lines)
+
+
+__all__ = ["RECORDS", "load", "records_path", "record_of", "write"]

@@ -1,0 +1,58 @@
+"""Committed run records (fedbench/claims/records.py): the page's runs as docs/results/<paper>/runs.jsonl, judged the
+same as the run dirs they come from, so that a page can be rebuilt where the runs are not."""
+
+import json
+import shutil
+
+from test_claims import CLAIM, _claims_file, _write_run
+
+from fedbench.claims import main
+from fedbench.claims.records import load, records_path, write
+from fedbench.claims.results import RunSet, evaluate_claim
+from fedbench.claims.spec import load_file
+
+
+def test_record_command_writes_nothing_for_a_paper_without_runs(tmp_path, capsys):
+    assert main(["record", "fedka", "--scale", "smoke", "--runs", str(tmp_path / "none"), "--out", str(tmp_path)]) == 0
+    assert records_path(tmp_path, "fedka").read_text() == ""
+    assert "fedka smoke: 0 ended runs recorded" in capsys.readouterr().err
+
+
+def _outcome(res):
+    return (res.outcome.verdict, res.outcome.tests[0].per_seed, res.n_complete, res.n_runs, res.seconds, res.status)
+
+
+def test_records_are_judged_as_the_run_dirs_they_come_from(tmp_path):
+    pc = load_file(_claims_file(tmp_path, [CLAIM]))
+    jobs, _ = pc.experiments["grid"]["smoke"].jobs()
+    runs, out = tmp_path / "runs", tmp_path / "results"
+    sweep = runs / "smoke" / "toy"
+    acc = {"local": [0.50, 0.40, 0.60], "fedavg": [0.52, 0.41, 0.67]}
+    for i, job in enumerate(jobs):
+        _write_run(sweep, job, i, acc[job["algorithm"]][int(job["seed"])])
+    shutil.rmtree(sweep / "local_seed2")  # never started: no record
+    (sweep / "fedavg_seed1" / "status.json").write_text(json.dumps({"status": "failed", "error": "RunFailed: x"}))
+    from_dirs = evaluate_claim(pc, pc.claims[0], RunSet(pc, "smoke", runs))
+
+    assert write(pc, "smoke", runs, out) == (5, 5)  # 4 complete + 1 failed; the missing one has none
+    lines = [json.loads(ln) for ln in records_path(out, "toy").read_text().splitlines()]
+    assert sorted((r["overrides"]["algorithm"], r["overrides"]["seed"], r["status"]) for r in lines) == [
+        ("fedavg", "0", "complete"),
+        ("fedavg", "1", "failed"),
+        ("fedavg", "2", "complete"),
+        ("local", "0", "complete"),
+        ("local", "1", "complete"),
+    ]
+    assert lines[0]["rounds"]["1"]["time/round"] == 2.0 and lines[0]["machine"]  # per-round numbers, provenance
+    from_records = evaluate_claim(pc, pc.claims[0], RunSet(pc, "smoke", runs, found=load(records_path(out, "toy"))))
+    assert _outcome(from_records) == _outcome(from_dirs)
+    assert from_records.outcome.tests[0].per_seed == {0: 2.0}  # (52 - 50); seed 1 failed, seed 2 has no Local run
+    assert from_records.status == {"failed": 1, "missing": 1} and from_records.seconds == 4 * 2.5
+
+    # the run dirs gone (another machine): writing again keeps every record; a run finished there is added
+    shutil.rmtree(runs)
+    assert write(pc, "smoke", runs, out) == (0, 5)
+    _write_run(sweep, next(j for j in jobs if j["algorithm"] == "local" and j["seed"] == "2"), 9, 0.60)
+    assert write(pc, "smoke", runs, out) == (1, 6)
+    again = evaluate_claim(pc, pc.claims[0], RunSet(pc, "smoke", runs, found=load(records_path(out, "toy"))))
+    assert again.outcome.tests[0].per_seed == {0: 2.0, 2: 7.0} and again.status == {"failed": 1}
