@@ -56,3 +56,28 @@ def test_records_are_judged_as_the_run_dirs_they_come_from(tmp_path):
     assert write(pc, "smoke", runs, out) == (1, 6)
     again = evaluate_claim(pc, pc.claims[0], RunSet(pc, "smoke", runs, found=load(records_path(out, "toy"))))
     assert again.outcome.tests[0].per_seed == {0: 2.0, 2: 7.0} and again.status == {"failed": 1}
+
+
+def test_run_makes_only_the_jobs_the_records_lack(tmp_path, cache_dir):
+    """Four of the six jobs recorded on "another machine": `run` launches the other two, one `fedbench -m` each, and
+    afterwards every job is complete (the two as run dirs, the four as records)."""
+    from fedbench.claims.runner import run
+
+    pc = load_file(_claims_file(tmp_path, [CLAIM]))
+    exp = pc.experiments["grid"]["smoke"]
+    jobs, _ = exp.jobs()
+    elsewhere, runs, out = tmp_path / "elsewhere", tmp_path / "runs", tmp_path / "results"
+    recorded = [j for j in jobs if not (j["algorithm"] == "fedavg" and j["seed"] in ("1", "2"))]
+    for i, job in enumerate(recorded):
+        _write_run(elsewhere / "smoke" / "toy", job, i, 0.5)
+    assert write(pc, "smoke", elsewhere, out) == (4, 4)
+    records = records_path(out, "toy")
+    assert run(pc, "smoke", runs, ["hardware.threads=1", f"cache_dir={cache_dir}"], records=records) == 0
+    made = sorted(d.name for d in (runs / "smoke" / "toy").iterdir() if (d / "summary.json").exists())
+    assert len(made) == 2 and all("algorithm=fedavg" in d and "seed=0" not in d for d in made), made
+    launch = json.loads((runs / "smoke" / "toy" / "claims_launches.jsonl").read_text().splitlines()[-1])
+    assert launch["command"].count("fedbench -m") == 2 and (launch["complete_before"], launch["complete_after"]) == (
+        4,
+        6,
+    )
+    assert [r.status for r in RunSet(pc, "smoke", runs, records=records).runs(exp)] == ["complete"] * 6

@@ -50,8 +50,10 @@ def report(
     wandb: str | None = None,
     console=None,
     commands: dict | None = None,
+    records: Path | None = None,
 ) -> list[ClaimResult]:
-    """One paper's page from its runs: printed, written to ``out`` (Markdown, CSV, pictures), logged to W&B."""
+    """One paper's page from its runs (those under ``runs_root``, and those of the ``records`` file that no run dir
+    holds): printed, written to ``out`` (Markdown, CSV, pictures), logged to W&B."""
     from .render import log_wandb, picture_name, plot, print_rich, to_csv, to_markdown
 
     pc = load(paper) if isinstance(paper, str) else paper
@@ -59,7 +61,7 @@ def report(
     out = Path(out) if out else default_out()
     results, pictures = [], {}
     for scale in scales:
-        runset = RunSet(pc, scale, runs_root)
+        runset = RunSet(pc, scale, runs_root, records=records)
         for claim in pc.claims:
             res = evaluate_claim(pc, claim, runset)
             results.append(res)
@@ -82,10 +84,19 @@ def report(
     return results
 
 
-def _scales_with_runs(paper: str, runs_root: Path) -> list[str]:
+def _scales_with_runs(paper: str, runs_root: Path, records: Path | None = None) -> list[str]:
+    from .records import load as load_records
     from .results import sweep_dir
 
-    return [s for s in SCALES if s != "smoke" and sweep_dir(runs_root, s, paper).is_dir()]
+    recorded = {s for s in SCALES if records is not None and load_records(records, s)}
+    return [s for s in SCALES if s != "smoke" and (sweep_dir(runs_root, s, paper).is_dir() or s in recorded)]
+
+
+def committed_records(paper: str) -> Path:
+    """The repository's records of a paper's runs (docs/results/<paper>/runs.jsonl)."""
+    from .records import records_path
+
+    return records_path(default_out(), paper)
 
 
 def main(argv=None) -> int:
@@ -143,7 +154,15 @@ def main(argv=None) -> int:
             return max(
                 [0]
                 + [
-                    run(load(name), args.scale, args.runs, args.overrides, args.dry_run, invoked)
+                    run(
+                        load(name),
+                        args.scale,
+                        args.runs,
+                        args.overrides,
+                        args.dry_run,
+                        invoked,
+                        committed_records(name),
+                    )
                     for name in _papers(args.paper)
                 ]
             )
@@ -171,7 +190,9 @@ def main(argv=None) -> int:
             return 1 if problems else 0
         done = 0
         for name in _papers(args.paper):
-            scales = args.scale.split(",") if args.scale else _scales_with_runs(name, args.runs)
+            scales = (
+                args.scale.split(",") if args.scale else _scales_with_runs(name, args.runs, committed_records(name))
+            )
             for s in scales:
                 if s not in SCALES:
                     raise ClaimsError(f"--scale {s!r} — one of {', '.join(SCALES)}")
@@ -189,7 +210,8 @@ def main(argv=None) -> int:
                 for s in scales
             }
             out = args.out or (args.runs / "smoke" / "results" if "smoke" in scales else default_out())
-            report(name, scales, args.runs, out, not args.no_plots, args.wandb, commands=commands)
+            recs = None if "smoke" in scales else committed_records(name)
+            report(name, scales, args.runs, out, not args.no_plots, args.wandb, commands=commands, records=recs)
             done += 1
             print(f"fedbench-claims: wrote {out / name}.md (.csv, pictures in {name}/)", file=sys.stderr)
         return 0 if done or args.paper == "all" else 1

@@ -54,12 +54,24 @@ class RunSet:
     """The runs of one paper at one scale, matched to each experiment's jobs (a job without a run dir is a
     ``missing`` record, so that a claim says how many of its runs exist)."""
 
-    def __init__(self, pc: PaperClaims, scale: str, runs_root: Path, found: list[RunRecord] | None = None):
+    def __init__(
+        self,
+        pc: PaperClaims,
+        scale: str,
+        runs_root: Path,
+        found: list[RunRecord] | None = None,
+        records: Path | None = None,
+    ):
         """``found``: the runs (e.g. committed records, fedbench/claims/records.py) instead of those under
-        ``runs_root``."""
+        ``runs_root``; ``records``: a records file whose runs of this scale join those found (a run dir wins)."""
         self.pc, self.scale, self.sweep = pc, scale, sweep_dir(runs_root, scale, pc.paper)
         if found is None:
             found = collect([self.sweep]) if self.sweep.is_dir() else []
+        if records is not None:
+            from .records import load as load_records
+
+            have = {frozenset(r.overrides.items()) for r in found if r.status != "missing"}
+            found = [*found, *(r for r in load_records(records, scale) if frozenset(r.overrides.items()) not in have)]
         self.by_overrides = {}
         for r in found:
             if r.status != "missing":

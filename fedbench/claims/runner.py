@@ -95,9 +95,17 @@ def machine() -> str:
 
 
 def run(
-    pc: PaperClaims, scale: str, runs_root: Path, extra: list[str] = (), dry_run: bool = False, invoked: str = ""
+    pc: PaperClaims,
+    scale: str,
+    runs_root: Path,
+    extra: list[str] = (),
+    dry_run: bool = False,
+    invoked: str = "",
+    records: Path | None = None,
 ) -> int:
-    """Launch every experiment the claims need at ``scale`` that still has runs to do; the worst exit code."""
+    """Launch every experiment the claims need at ``scale`` that still has runs to do; the worst exit code. A run
+    that ``records`` (committed run records, fedbench/claims/records.py) holds as complete is not run again: when
+    some are, only the other jobs are launched, one ``fedbench -m`` each."""
     if scale not in pc.scales:
         raise ClaimsError(f"{pc.path}: no '{scale}' scale (the file has {', '.join(pc.scales)})")
     check_extra(list(extra))
@@ -105,22 +113,26 @@ def run(
     extra = list(extra) + ([] if any(e.startswith("logger") for e in extra) else ["logger=none"])
     worst = 0
     for exp in pc.needed(scale):
-        runs = RunSet(pc, scale, runs_root).runs(exp)  # read again: an earlier experiment may have made shared runs
-        done = sum(r.status == "complete" for r in runs)
+        runs = RunSet(pc, scale, runs_root, records=records).runs(exp)  # read again: an earlier experiment may
+        done = sum(r.status == "complete" for r in runs)  # have made shared runs
         head = f"fedbench-claims: {pc.paper} {scale} {exp.name}: {done}/{len(runs)} runs complete"
         if done == len(runs):
             print(f"{head}; nothing to run", file=sys.stderr)
             continue
-        args = ["-m", *exp.args(), *extra, f"hydra.sweep.dir={sweep}"]
-        command = "fedbench " + " ".join(shlex.quote(a) for a in args)
+        if any(r.status == "complete" and r.path is None for r in runs):  # recorded elsewhere: only the others
+            jobs = [j for j, r in zip(exp.jobs()[0], runs) if r.status != "complete"]
+            launches = [["-m", *exp.job_args(j), *extra, f"hydra.sweep.dir={sweep}"] for j in jobs]
+        else:  # one multirun (its complete run dirs are skipped at once)
+            launches = [["-m", *exp.args(), *extra, f"hydra.sweep.dir={sweep}"]]
+        command = "; ".join("fedbench " + " ".join(shlex.quote(a) for a in args) for args in launches)
         print(f"{head}; running {'(dry run) ' if dry_run else ''}{command}", file=sys.stderr, flush=True)
         if dry_run:
             continue
         sweep.mkdir(parents=True, exist_ok=True)
         started, tic = time.strftime("%Y-%m-%dT%H:%M:%S%z"), time.perf_counter()
-        code = launch(args)
+        code = max(launch(args) for args in launches)
         seconds = time.perf_counter() - tic
-        after = sum(r.status == "complete" for r in RunSet(pc, scale, runs_root).runs(exp))
+        after = sum(r.status == "complete" for r in RunSet(pc, scale, runs_root, records=records).runs(exp))
         record = {
             "experiment": exp.name,
             "scale": scale,
