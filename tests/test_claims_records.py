@@ -4,12 +4,13 @@ same as the run dirs they come from, so that a page can be rebuilt where the run
 import json
 import shutil
 
+import pytest
 from test_claims import CLAIM, _claims_file, _write_run
 
 from fedbench.claims import main
 from fedbench.claims.records import load, records_path, write
 from fedbench.claims.results import RunSet, evaluate_claim
-from fedbench.claims.spec import load_file
+from fedbench.claims.spec import ClaimsError, load_file
 
 
 def test_record_command_writes_nothing_for_a_paper_without_runs(tmp_path, capsys):
@@ -81,3 +82,29 @@ def test_run_makes_only_the_jobs_the_records_lack(tmp_path, cache_dir):
         6,
     )
     assert [r.status for r in RunSet(pc, "smoke", runs, records=records).runs(exp)] == ["complete"] * 6
+
+
+def test_a_report_never_replaces_a_page_with_less_evidence(tmp_path, capsys):
+    """A page made from 6 complete runs is not rewritten from 5 (one run dir gone): one
+    line naming what would be lost and the command that makes it; page, CSV and pictures unchanged. --force rewrites."""
+    pc_file = _claims_file(tmp_path, [CLAIM])
+    pc = load_file(pc_file)
+    jobs, _ = pc.experiments["grid"]["smoke"].jobs()
+    runs, out = tmp_path / "runs", tmp_path / "results"
+    for i, job in enumerate(jobs):
+        _write_run(runs / "smoke" / "toy", job, i, {"local": 0.5, "fedavg": 0.6}[job["algorithm"]] + 0.01 * i)
+    from fedbench.claims import report
+
+    report(pc, ["smoke"], runs, out)
+    page = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert any(p.suffix == ".png" for p in page)
+    shutil.rmtree(runs / "smoke" / "toy" / "local_seed1")
+    with pytest.raises(ClaimsError) as e:
+        report(pc, ["smoke"], runs, out)
+    assert "smoke c: 5 of the page's 6 complete runs" in str(
+        e.value
+    ) and "fedbench-claims run toy --scale smoke" in str(e.value)
+    assert "\n" not in str(e.value)
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == page
+    report(pc, ["smoke"], runs, out, force=True)
+    assert (out / "toy.csv").read_bytes() != page[out / "toy.csv"]

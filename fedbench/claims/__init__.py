@@ -51,6 +51,7 @@ def report(
     console=None,
     commands: dict | None = None,
     records: Path | None = None,
+    force: bool = False,
 ) -> list[ClaimResult]:
     """One paper's page from its runs (those under ``runs_root``, and those of the ``records`` file that no run dir
     holds): printed, written to ``out`` (Markdown, CSV, pictures), logged to W&B."""
@@ -62,15 +63,20 @@ def report(
     results, pictures = [], {}
     for scale in scales:
         runset = RunSet(pc, scale, runs_root, records=records)
-        for claim in pc.claims:
-            res = evaluate_claim(pc, claim, runset)
-            results.append(res)
-            if plots:
-                png = plot(res, out / pc.paper / picture_name(res))
-                if png is not None:
-                    pictures[(claim.id, scale)] = png
+        results += [evaluate_claim(pc, claim, runset) for claim in pc.claims]
     print_rich(pc, results, console)
+    lost = lost_evidence(out / f"{paper}.csv", results)
+    if lost and not force:
+        raise ClaimsError(
+            f"{out / paper}.md not rewritten: it would lose evidence ({'; '.join(lost[:3])}"
+            f"{f'; {len(lost) - 3} more' if len(lost) > 3 else ''}); run `fedbench-claims run {paper} --scale "
+            f"{lost_scale(lost)}` (or `fedbench-claims record` where the runs are) first, or pass --force"
+        )
     out.mkdir(parents=True, exist_ok=True)
+    for res in results if plots else []:
+        png = plot(res, out / pc.paper / picture_name(res))
+        if png is not None:
+            pictures[(res.claim.id, res.scale)] = png
     (out / f"{paper}.md").write_text(to_markdown(pc, results, scales, runs_root, pictures, commands or {}))
     (out / f"{paper}.csv").write_text(to_csv(paper, results))
     from ..loggers import wandb_mode
@@ -82,6 +88,30 @@ def report(
         except Exception as e:  # noqa: BLE001  (the files are the report; W&B is a copy)
             print(f"fedbench-claims: W&B logging ({mode}) failed: {type(e).__name__}: {e}", file=sys.stderr)
     return results
+
+
+def lost_evidence(page_csv: Path, results: list[ClaimResult]) -> list[str]:
+    """What a new page would lose against the one at ``page_csv``: a (scale, claim) it has and the new one lacks, or
+    has with fewer complete runs ("<scale> <claim>: 2 of the page's 6 complete runs")."""
+    import csv
+
+    try:
+        rows = list(csv.DictReader(page_csv.open()))
+    except OSError:
+        return []
+    had: dict = {}
+    for row in rows:
+        had[row["scale"], row["claim"]] = int(row.get("runs_complete") or 0)
+    now = {(r.scale, r.claim.id): r.n_complete for r in results}
+    return [
+        f"{scale} {claim}: {now.get((scale, claim), 0)} of the page's {n} complete runs"
+        for (scale, claim), n in had.items()
+        if n > now.get((scale, claim), 0)
+    ]
+
+
+def lost_scale(lost: list[str]) -> str:
+    return lost[0].split(" ", 1)[0]
 
 
 def _scales_with_runs(paper: str, runs_root: Path, records: Path | None = None) -> list[str]:
@@ -128,6 +158,7 @@ def main(argv=None) -> int:
         "smoke scale <runs>/smoke/results, so that a smoke check never overwrites a committed page)",
     )
     p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--force", action="store_true", help="rewrite a page even if it loses evidence (complete runs)")
     p.add_argument(
         "--wandb",
         nargs="?",
@@ -211,7 +242,17 @@ def main(argv=None) -> int:
             }
             out = args.out or (args.runs / "smoke" / "results" if "smoke" in scales else default_out())
             recs = None if "smoke" in scales else committed_records(name)
-            report(name, scales, args.runs, out, not args.no_plots, args.wandb, commands=commands, records=recs)
+            report(
+                name,
+                scales,
+                args.runs,
+                out,
+                not args.no_plots,
+                args.wandb,
+                commands=commands,
+                records=recs,
+                force=args.force,
+            )
             done += 1
             print(f"fedbench-claims: wrote {out / name}.md (.csv, pictures in {name}/)", file=sys.stderr)
         return 0 if done or args.paper == "all" else 1
