@@ -27,6 +27,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from . import provenance
 from .errors import ConfigError, Diverged, RunDirBusy, RunFailed
 from .files import atomic, read_json, write_json, written  # noqa: F401  (re-exported: a run's file writes)
 
@@ -123,6 +124,8 @@ class Status:
             **fields,
             "pid": os.getpid(),
             "host": socket.gethostname(),
+            "commit": provenance.commit(),  # the code and the machine that made it (the run's records keep them)
+            "machine": provenance.machine(),
             "started": _now(),
         }
         self._t0 = time.time()

@@ -33,6 +33,8 @@ def test_records_are_judged_as_the_run_dirs_they_come_from(tmp_path):
         _write_run(sweep, job, i, acc[job["algorithm"]][int(job["seed"])])
     shutil.rmtree(sweep / "local_seed2")  # never started: no record
     (sweep / "fedavg_seed1" / "status.json").write_text(json.dumps({"status": "failed", "error": "RunFailed: x"}))
+    made_by = {"status": "complete", "commit": "abc123def456", "machine": "CPU X (2 cores)", "host": "vm"}
+    (sweep / "local_seed0" / "status.json").write_text(json.dumps(made_by))
     from_dirs = evaluate_claim(pc, pc.claims[0], RunSet(pc, "smoke", runs))
 
     assert write(pc, "smoke", runs, out) == (5, 5)  # 4 complete + 1 failed; the missing one has none
@@ -44,7 +46,15 @@ def test_records_are_judged_as_the_run_dirs_they_come_from(tmp_path):
         ("local", "0", "complete"),
         ("local", "1", "complete"),
     ]
-    assert lines[0]["rounds"]["1"]["time/round"] == 2.0 and lines[0]["machine"]  # per-round numbers, provenance
+    assert all(r["rounds"]["1"]["time/round"] == 2.0 for r in lines)  # per-round numbers
+    # where it was made: from its status.json, else unknown (never the writer's own commit)
+    assert {(r["overrides"]["algorithm"], r["overrides"]["seed"]): r["commit"] for r in lines} == {
+        ("fedavg", "0"): None,
+        ("fedavg", "1"): None,
+        ("fedavg", "2"): None,
+        ("local", "0"): "abc123def456",
+        ("local", "1"): None,
+    }
     from_records = evaluate_claim(pc, pc.claims[0], RunSet(pc, "smoke", runs, found=load(records_path(out, "toy"))))
     assert _outcome(from_records) == _outcome(from_dirs)
     assert from_records.outcome.tests[0].per_seed == {0: 2.0}  # (52 - 50); seed 1 failed, seed 2 has no Local run

@@ -29,7 +29,7 @@ from conftest import REPO
 PACKAGE = REPO / "fedbench"
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [  # bottom to top; names under fedbench ("" = the package itself)
-    ("foundation", ("errors", "checks", "seeding", "preemption")),
+    ("foundation", ("errors", "checks", "seeding", "preemption", "provenance")),
     ("files", ("files", "plots")),
     ("blocks", ("data", "models")),
     ("engine", ("engine",)),

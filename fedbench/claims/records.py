@@ -4,9 +4,10 @@ reader) rebuilds the page from them and the next machine runs only what is missi
 
 One JSON line per run: the paper, the scale, how it ended (``status``, ``error``), its identity (the job's
 ``overrides``, the chosen config groups, the resolved ``config``), its ``summary`` and every numeric per-round value of
-``metrics.jsonl`` (what trend, speed and time claims read), with where it was made (``commit``, ``machine``: of the
-``fedbench-claims run`` launch that started before the run, else of the process writing the record; ``host``,
-``started``, ``updated``: from its status.json). No checkpoint, model or picture.
+``metrics.jsonl`` (what trend, speed and time claims read), with where it was made (``commit``, ``machine``: from its
+status.json, or for a run older than those fields, of the ``fedbench-claims run`` launch that started last before it,
+else null — never the commit of the process writing the record; ``host``, ``started``, ``updated``: from its
+status.json). No checkpoint, model or picture.
 
     fedbench-claims record <paper> --scale cpu [--runs DIR]     # add the finished runs under DIR to the records
 """
@@ -85,17 +86,14 @@ def load(path: Path, scale: str | None = None) -> list[RunRecord]:
 def write(pc, scale: str, runs_root: Path, out: Path) -> tuple[int, int]:
     """Add (or renew) the records of the ended runs of ``pc``'s experiments at ``scale`` found under ``runs_root``;
     the others' records stay. Returns (records written from runs here, records in the file)."""
-    from .runner import commit, machine
-
     path = records_path(out, pc.paper)
     existing = {}
     if path.exists():
         for line in path.read_text().splitlines():
             rec = json.loads(line)
             existing[_key(rec)] = rec
-    here = {"commit": commit(), "machine": machine()}
     starts = sorted(launches(sweep_dir(runs_root, scale, pc.paper)), key=lambda r: r.get("started", ""))
-    rs, n = RunSet(pc, scale, runs_root), 0
+    rs, n, written = RunSet(pc, scale, runs_root), 0, set()
     for exp in pc.needed(scale):
         for run in rs.runs(exp):
             if run.path is None or run.status not in ENDED:
@@ -106,10 +104,12 @@ def write(pc, scale: str, runs_root: Path, out: Path) -> tuple[int, int]:
             except (OSError, ValueError):
                 pass
             before = [r for r in starts if r.get("started", "") <= status.get("started", "")]
-            rec = record_of(run, pc.paper, scale, before[-1] if before else here)
+            made = status if status.get("commit") else (before[-1] if before else {})
+            rec = record_of(run, pc.paper, scale, made)
             rec["overrides"] = dict(sorted((run.job or run.overrides).items()))
+            n += _key(rec) not in written
+            written.add(_key(rec))
             existing[_key(rec)] = rec
-            n += 1
     path.parent.mkdir(parents=True, exist_ok=True)
     lines = [json.dumps(existing[k], sort_keys=True) for k in sorted(existing)]
     tmp = path.with_suffix(".tmp")

@@ -6,14 +6,13 @@ complete is not launched at all. Every launch is logged (time, commit, machine) 
 from __future__ import annotations
 
 import json
-import os
-import platform
 import shlex
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from ..provenance import commit, machine  # noqa: F401  (re-exported: launches and records use them)
 from .results import LAUNCHES, RunSet, sweep_dir
 from .spec import ClaimsError, PaperClaims
 
@@ -46,52 +45,6 @@ def check_extra(extra: list[str]) -> None:
                 f"conf/claims/<paper>.yaml (a scale's or an experiment's overrides). Allowed here: "
                 f"hydra.*, hydra/*, {', '.join(allowed)}"
             )
-
-
-def commit() -> str:
-    """The fedbench checkout's commit (``-dirty`` when tracked files differ from it), or ``unknown``."""
-    from ..cli import CONF_DIR
-
-    repo = str(CONF_DIR.parent)
-    try:
-        sha = subprocess.run(
-            ["git", "-C", repo, "rev-parse", "--short=12", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", repo, "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return sha + ("-dirty" if dirty else "")
-
-
-def machine() -> str:
-    """``<CPU model> (<n> cores)``, plus the GPU when there is one."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        cpu = next(
-            ln.split(":", 1)[1].strip()
-            for ln in Path("/proc/cpuinfo").read_text().splitlines()
-            if ln.startswith("model name")
-        )
-    except (OSError, StopIteration):
-        pass
-    text = f"{cpu} ({os.cpu_count()} cores)"
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            text += f", {torch.cuda.get_device_name(0)}"
-    except Exception:  # noqa: BLE001  (a description only)
-        pass
-    return text
 
 
 def run(
