@@ -434,3 +434,54 @@ def test_batch_reductions_of_the_losses_ignore_padding():
     )
     v = torch.tensor([1.0, 2.0, 6.0, 100.0, -100.0], dtype=torch.float64)
     assert batch_mean(v, y).item() == 3.0 and batch_mean(v).item() == 1.8
+
+
+def _one_sample_job(fm, dtype, x, y, epochs=2):
+    """Clients of 33, 1 and 20 samples, B = 32: client 0's last batch of each epoch has one sample, client 1's only
+    batch has one."""
+    idx = [np.arange(0, 33), np.arange(33, 34), np.arange(34, 54)]
+    return _job(fm, dtype, make_schedule(idx, [0, 1, 2], 32, 0, "train", 1, epochs=epochs), x, y, SGD)
+
+
+def test_a_step_of_one_sample_is_dropped_when_batchnorm_cannot_normalise_it(caplog):
+    """A BatchNorm1d head sees one value per channel in a batch of one: the sequential executor crashed there, the
+    vectorized one trained on a 0 variance. Both now drop such steps, train the same remaining steps, say it once
+    with the count (2 epochs: client 0 loses 2 samples, client 1 both of its steps, 2 samples: 4), and leave a client
+    without steps as it was."""
+    x, y, _ = dirichlet(0.3)
+    fm = _net(torch.float64)
+    assert fm.batch_of_one_fails(x)
+    out = {}
+    for E in (SequentialExecutor(), VectorizedExecutor()):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="fedbench.engine.executor"):
+            out[E.name] = E.train(_one_sample_job(fm, torch.float64, x, y))
+            E.train(_one_sample_job(fm, torch.float64, x, y))
+        said = [r.getMessage() for r in caplog.records if "single sample" in r.getMessage()]
+        assert len(said) == 1 and "dropped 4 local step(s) of a single sample (4 sample(s), 1 client(s)" in said[0]
+        assert E.dropped_samples == 2 * 4
+    s, v = out["sequential"], out["vectorized"]
+    assert s.steps.tolist() == v.steps.tolist() == [2, 0, 2]
+    assert _max_diff(s.params, v.params) <= 1e-9 and _max_diff(s.buffers, v.buffers) <= 1e-9
+    assert (s.loss - v.loss).abs().max() <= 1e-9 and s.loss[1] == 0
+    p0, b0 = fm.init_state(torch.float64)
+    assert all(torch.equal(s.params[k][1], p0[k]) and torch.equal(v.params[k][1], p0[k]) for k in p0)
+    assert all(torch.equal(v.buffers[k][1], b0[k]) for k in b0)
+
+
+def test_a_step_of_one_sample_is_trained_when_batchnorm_sees_a_whole_feature_map():
+    """BatchNorm2d only (no BatchNorm in the head): one 8x8 image gives 4-64 values per channel, so nothing is
+    dropped and both executors train the same 2 + 1 + 1 steps."""
+    torch.manual_seed(0)
+    cfg = {"name": "cnn", "channels": [4, 8], "kernel_size": 3, "padding": 1, "hidden": [], "batch_norm": True}
+    fm = FModel(build_model(OmegaConf.create(cfg), (1, 8, 8), 10).double())
+    x, y, _ = dirichlet(0.3)
+    assert not fm.batch_of_one_fails(x)
+    seq, vec = (
+        E.train(_one_sample_job(fm, torch.float64, x, y, epochs=1))
+        for E in (SequentialExecutor(), VectorizedExecutor())
+    )
+    assert seq.steps.tolist() == vec.steps.tolist() == [2, 1, 1]
+    assert _max_diff(seq.params, vec.params) <= 1e-9 and _max_diff(seq.buffers, vec.buffers) <= 1e-9
+    p0 = fm.init_state(torch.float64)[0]
+    assert (seq.params["head.0.weight"][1] - p0["head.0.weight"]).abs().max() > 1e-3  # client 1 trained on its one
