@@ -83,7 +83,10 @@ def federated_data(cfg, device: torch.device, dtype: torch.dtype) -> FederatedDa
 def model(cfg, data: FederatedData, device: torch.device, dtype: torch.dtype):
     """(executor, FModel) of the run; the initial weights are drawn from the global RNG (seeded by the caller)."""
     hw = cfg.hardware
-    net = build_model(cfg.model, data.input_shape, data.num_classes).to(device, dtype)
+    net = build_model(cfg.model, data.input_shape, data.num_classes)
+    if bool(hw.deterministic):  # a layer strict determinism would stop at the first backward: say so now
+        numerics.check_deterministic(net, device)
+    net = net.to(device, dtype)
     executor = make_executor(
         hw.executor,
         device,

@@ -46,7 +46,7 @@ class Context:
 
     def predict(self, params: Stack, buffers: Stack, idx: list[np.ndarray]) -> list[torch.Tensor]:
         """Eval-mode logits of stacked model m on the pool samples ``idx[m]``, for every m."""
-        return self.executor.predict(self.fm, params, buffers, self.data.x, [self.data.tensor(i) for i in idx])
+        return self.executor.predict(self.fm, params, buffers, self.data.x, self.data.tensors(idx))
 
     @property
     def dtype(self) -> torch.dtype:

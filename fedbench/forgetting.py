@@ -16,6 +16,7 @@ phase-"train" result of ``Algorithm.local_train`` in the round (heard as an obse
 from __future__ import annotations
 
 import numpy as np
+import torch
 from omegaconf import OmegaConf
 
 from .engine.stack import clone
@@ -193,16 +194,14 @@ class ForgettingMonitor:
 
     def class_accuracy(self, params, buffers) -> np.ndarray:
         """[M, C] per-class accuracy of M stacked models on the global test set."""
-        from .metrics import confusion_counts
+        from .metrics import class_counts
 
         data = self.run.data
         idx = data.global_test_idx
         y = data.y[data.tensor(idx)]
-        out = []
-        for logits in self.run.predict(params, buffers, [idx] * len(next(iter(params.values())))):
-            c, tot = confusion_counts(logits, y, data.num_classes)
-            out.append(np.divide(c, tot, out=np.zeros(len(c)), where=tot > 0))
-        return np.stack(out)
+        logits = self.run.predict(params, buffers, [idx] * len(next(iter(params.values()))))
+        counts = torch.stack([class_counts(z, y, data.num_classes) for z in logits]).cpu().numpy()  # one read
+        return np.stack([np.divide(c, tot, out=np.zeros(len(c)), where=tot > 0) for c, tot in counts])
 
     def after_round(self, algo, t: int) -> dict:
         local, self.keep, self.local = self.local, False, None

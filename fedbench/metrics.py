@@ -10,12 +10,20 @@ import numpy as np
 import torch
 
 
+def class_counts(logits: torch.Tensor, y: torch.Tensor, num_classes: int) -> torch.Tensor:
+    """[2, C] on the device: (correct, total) per true class of predictions ``logits`` [n, C] for labels ``y`` [n].
+
+    Sums of a [n, C] class-match table: no host read (``bincount`` and a boolean-mask index make the host wait for
+    the size of their result), deterministic on any device; callers stack many and read them back once."""
+    match = y.unsqueeze(1) == torch.arange(num_classes, device=y.device)
+    hit = (logits.argmax(-1) == y).unsqueeze(1)
+    return torch.stack([(match & hit).sum(0), match.sum(0)])
+
+
 def confusion_counts(logits: torch.Tensor, y: torch.Tensor, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
-    """(correct per class, total per class)."""
-    pred = logits.argmax(-1)
-    total = torch.bincount(y, minlength=num_classes)
-    correct = torch.bincount(y[pred == y], minlength=num_classes)
-    return correct.cpu().numpy(), total.cpu().numpy()
+    """(correct per class, total per class) on the host: :func:`class_counts` read back (one transfer)."""
+    correct, total = class_counts(logits, y, num_classes).cpu().numpy()
+    return correct, total
 
 
 def present_class_accuracy(class_acc: np.ndarray, train_counts: np.ndarray, test_counts: np.ndarray) -> np.ndarray:
@@ -38,4 +46,4 @@ def designated_class_accuracy(class_acc: np.ndarray, info: dict) -> dict[str, np
     return {part: class_acc[rows, np.asarray(info[f"{part}_class"])] for part in DESIGNATED}
 
 
-__all__ = ["confusion_counts", "present_class_accuracy", "designated_class_accuracy", "DESIGNATED"]
+__all__ = ["class_counts", "confusion_counts", "present_class_accuracy", "designated_class_accuracy", "DESIGNATED"]

@@ -37,7 +37,7 @@ def client_outputs(ctx, fn: Callable, params: Stack, buffers: Stack, idx: list[n
     buffers, inputs), e.g. ``ctx.fm.features`` or a predictor that combines several heads; it runs under ``vmap``
     with the vectorized executor.
     """
-    return ctx.executor.predict(_Outputs(ctx.fm, fn), params, buffers, ctx.data.x, [ctx.data.tensor(i) for i in idx])
+    return ctx.executor.predict(_Outputs(ctx.fm, fn), params, buffers, ctx.data.x, ctx.data.tensors(idx))
 
 
 def class_means(

@@ -9,6 +9,7 @@ from conftest import make_cfg, run_cfg
 from omegaconf import OmegaConf
 
 from fedbench.engine import optim
+from fedbench.engine.agreement import fp32_agreement, max_diff
 from fedbench.engine.executor import LocalJob, SequentialExecutor, VectorizedExecutor
 from fedbench.engine.functional import FModel
 from fedbench.engine.schedule import make_schedule
@@ -28,26 +29,34 @@ def _tiny(dtype):
     return FModel(net)
 
 
-@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.float64, 1e-12)])
-def test_sequential_equals_vectorized_local_training(dtype, tol):
+def _ragged_local_training(E, dtype):
     """Ragged clients (different sizes, last batches of different sizes), BN, momentum, wd and clipping."""
     fm = _tiny(dtype)
     p, b = fm.init_state(dtype)
     g = torch.Generator().manual_seed(0)
-    X, Y = torch.randn(300, 1, 8, 8, dtype=dtype, generator=g), torch.randint(0, 10, (300,), generator=g)
+    X = torch.randn(300, 1, 8, 8, dtype=torch.float64, generator=g).to(dtype)
+    Y = torch.randint(0, 10, (300,), generator=g)
     idx = [np.arange(0, 50), np.arange(50, 130), np.arange(130, 300)]
     sched = make_schedule(idx, [0, 1, 2], 32, 0, "t", 1, epochs=2)
     spec = optim.OptimSpec(lr=0.05, momentum=0.9, weight_decay=1e-4, clip_grad_norm=1.0)
-    out = [
-        E.train(LocalJob(fm, broadcast(p, 3), broadcast(b, 3), fm.param_names, sched, X, Y, spec))
-        for E in (SequentialExecutor(), VectorizedExecutor())
-    ]
-    for k in p:
-        assert torch.allclose(out[0].params[k], out[1].params[k], atol=tol, rtol=0), k
-    for k in b:
-        assert torch.allclose(out[0].buffers[k].to(dtype), out[1].buffers[k].to(dtype), atol=tol, rtol=0), k
-    assert torch.allclose(out[0].loss, out[1].loss, atol=tol * 10)
-    assert not torch.allclose(out[0].params["head.0.weight"], p["head.0.weight"])  # it did train
+    res = E.train(LocalJob(fm, broadcast(p, 3), broadcast(b, 3), fm.param_names, sched, X, Y, spec))
+    assert not torch.allclose(res.params["head.0.weight"], p["head.0.weight"])  # it did train
+    return {"params": res.params, "buffers": res.buffers, "loss": res.loss}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_sequential_equals_vectorized_local_training(dtype):
+    """fp64: equal to 1e-12. fp32: the vectorized result as close to the fp64 answer as the sequential one
+    (fedbench/engine/agreement.py; the fp32 round-off of either depends on the machine's kernels)."""
+    seq, vec = (_ragged_local_training(E, dtype) for E in (SequentialExecutor(), VectorizedExecutor()))
+    if dtype == torch.float64:
+        for part in seq:
+            assert max_diff(seq[part], vec[part]) <= 1e-12, part
+        return
+    ref = _ragged_local_training(SequentialExecutor(), torch.float64)
+    for part in ref:
+        ok, why = fp32_agreement(seq[part], vec[part], ref[part])
+        assert ok, f"{part}: {why}"
 
 
 @pytest.mark.parametrize("model", ["tiny_cnn", "mlp"])

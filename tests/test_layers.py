@@ -5,7 +5,8 @@ The layers, bottom to top (a module may import its own layer and the layers belo
   foundation   errors, checks (config value checks), seeding, preemption: import nothing of fedbench but each other
   files        files (atomic writes), plots (pictures): the algorithms' diagnostics write with them
   blocks       data (datasets, partitions), models (networks and their registry)
-  engine       the local-training loop, optimizers, stacked models (engine/functional.py runs the models)
+  engine       the local-training loop, optimizers, stacked models (engine/functional.py runs the models), the fp32
+               agreement rule between executors (engine/agreement.py: scripts/gpu_check.py imports it too)
   shared       context (what an algorithm may use of its run), losses, prototypes, metrics, forgetting (FedKA's
                class groups and forgetting degree: FedKA trains with them, the forgetting monitor measures them)
   algo-base    algorithms/base.py, the Algorithm interface, and algorithms/local.py (LocalSpec), which it uses
@@ -32,7 +33,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [  # bottom to top; names under fedb
     ("foundation", ("errors", "checks", "seeding", "preemption", "provenance")),
     ("files", ("files", "plots")),
     ("blocks", ("data", "models")),
-    ("engine", ("engine",)),
+    ("engine", ("engine", "engine.agreement")),
     ("shared", ("context", "losses", "prototypes", "metrics", "forgetting")),
     ("algo-base", ("algorithms.base", "algorithms.local")),
     ("algorithms", ("algorithms",)),

@@ -58,3 +58,11 @@ class FederatedData:
 
     def tensor(self, idx) -> torch.Tensor:
         return torch.as_tensor(np.asarray(idx), dtype=torch.long, device=self.x.device)
+
+    def tensors(self, idx: list) -> list[torch.Tensor]:
+        """Several index arrays on the device in ONE host-to-device copy (on a GPU a blocking copy waits for the
+        device: one per evaluation, not one per client)."""
+        if not idx:
+            return []
+        flat = self.tensor(np.concatenate([np.asarray(i, dtype=np.int64).reshape(-1) for i in idx]))
+        return list(flat.split([len(i) for i in idx]))

@@ -107,6 +107,7 @@ class Executor:
         self.workers = workers
         self.max_memory = max_memory
         self.loop_mode: Callable | None = None  # a context entered around every step loop (diagnostics: syncs.py)
+        self.dropped_samples = 0  # in steps of one sample that BatchNorm cannot train on (_steps_to_train)
         self._said: set = set()
 
     def autocast(self, device: torch.device):
@@ -122,9 +123,29 @@ class Executor:
     def _loop(self):
         return self.loop_mode() if self.loop_mode is not None else contextlib.nullcontext()
 
+    def _steps_to_train(self, job: LocalJob) -> list[list]:
+        """The job's schedule less its steps of ONE sample (per sub-batch of a pack) when the model cannot normalise
+        one sample in training mode (:meth:`FModel.batch_of_one_fails`: BatchNorm on one value per channel): torch
+        raises there, so such a step is dropped as ``drop_last`` would drop it — here, the one place both executors
+        read every schedule from (make_schedule's or an algorithm's own), so they train the same steps. A client
+        left without steps keeps its model. Said once, with the count."""
+        single = [[len(b) == job.pack for b in s] for s in job.schedule]
+        steps = sum(map(sum, single))
+        if not steps or not job.fm.batch_of_one_fails(job.x):
+            return job.schedule
+        self.dropped_samples += steps * job.pack
+        self._say_once(
+            "one sample",
+            f"fedbench: dropped {steps} local step(s) of a single sample ({steps * job.pack} sample(s), "
+            f"{sum(all(s) and len(s) > 0 for s in single)} client(s) left without a step): the model's BatchNorm "
+            "cannot normalise one sample in training mode, so such a batch is dropped as drop_last would drop it "
+            "(said once; executor.dropped_samples counts them all)",
+        )
+        return [[b for b, one in zip(s, ones) if not one] for s, ones in zip(job.schedule, single)]
+
     def _plan(self, job: LocalJob, padded: bool) -> tuple[Plan, torch.Tensor | None]:
         """The job's batches (and augmentation parameters, per sample of ``plan.flat``) on the device."""
-        p = plan(job.schedule, job.x.device, pack=job.pack, padded=padded)
+        p = plan(self._steps_to_train(job), job.x.device, pack=job.pack, padded=padded)
         ids = job.client_ids if job.client_ids is not None else list(range(len(job.schedule)))
         aug = draw_job(job.augment, p, job.aug_key, ids, job.x[:1]) if job.augment is not None else None
         return p, aug

@@ -34,6 +34,7 @@ class FModel:
             isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and not m.track_running_stats for m in net.modules()
         )
         self.pads_ok = model_pads_ok(net)  # padded batches cannot leak into real samples (engine/masking.py)
+        self._one_sample_fails: dict = {}  # input shape -> batch_of_one_fails
 
     @property
     def net(self) -> SplitNet:
@@ -75,6 +76,29 @@ class FModel:
             for k, v in self.net.named_buffers()
         }
         return p, b
+
+    def batch_of_one_fails(self, x: torch.Tensor) -> bool:
+        """Whether a training batch of ONE sample shaped like ``x[0]`` cannot be normalised: a BatchNorm layer of torch
+        in training mode would see one value per channel (``F.batch_norm`` raises "Expected more than 1 value per
+        channel"; the padded batches' masked one would give a 0 variance). BatchNorm1d heads, and BatchNorm2d on
+        1x1 maps (ResNet-50's last stage on 32x32 inputs); not BatchNorm2d on larger maps. Probed once per input
+        shape: the shapes BatchNorm layers see in one eval-mode forward (of 2 samples: a BatchNorm without running
+        statistics normalises eval batches too)."""
+        key = tuple(x.shape[1:])
+        if key not in self._one_sample_fails:
+            net, per_channel = self._net, []
+            bns = [m for m in net.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+            hooks = [m.register_forward_pre_hook(lambda m, a: per_channel.append(a[0][0, 0].numel())) for m in bns]
+            training = net.training
+            try:
+                with torch.no_grad():
+                    net.eval()(x[:2])
+            finally:
+                for h in hooks:
+                    h.remove()
+                net.train(training)
+            self._one_sample_fails[key] = 1 in per_channel
+        return self._one_sample_fails[key]
 
     def names(self, scope: str) -> list[str]:
         return self.net.names(scope)
