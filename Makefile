@@ -42,7 +42,7 @@ gpu-rehearsal: setup
 	bash scripts/device_prep.sh
 	$(REHEARSAL_PY) scripts/device_kit.py rehearsal-env .rehearsal/venv
 	rm -rf .rehearsal/out
-	env -u FEDBENCH_DATA PYTHON=.rehearsal/venv/bin/python bash scripts/gpu_check.sh --out .rehearsal/out --cpu-smoke --budget 170
+	env -u FEDBENCH_DATA PYTHON=.rehearsal/venv/bin/python bash scripts/gpu_check.sh --out .rehearsal/out --cpu-smoke --budget 900
 
 clean:
 	rm -rf outputs .cache .pytest_cache .rehearsal

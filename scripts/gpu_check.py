@@ -114,6 +114,7 @@ SIZES = {
         "memory": {"model": "tiny_cnn", "clients": 4, "batch": 8, "per_client": 16, "oom_case": False},
         "claims_scale": "smoke",
         "claims": [("fedka", "table1", ["fedavg", "fedka_0.01"])],
+        "claims_seeds": 1,  # one pair of arms: the launch, the archive and the read-back, not the statistics
     },
 }
 
@@ -627,7 +628,7 @@ def claims(rep: Report, dev: torch.device, size: dict, data: str | None, estimat
     done = []
     for paper, exp_name, arms in size["claims"]:
         pc = load(paper)
-        seeds = pc.experiments[exp_name][scale].scale.seeds
+        seeds = pc.experiments[exp_name][scale].scale.seeds[: size.get("claims_seeds")]
         for seed in seeds:
             pair = [paper_job(paper, exp_name, scale, arm, seed) for arm in arms]
             est = 0.0

@@ -76,11 +76,12 @@ def test_without_a_gpu_the_command_fails_and_says_why(tmp_path):
 @pytest.mark.slow
 def test_the_gpu_command_rehearsed_in_the_image_env(image_env, kit, tmp_path):
     """The exact GPU command, --cpu-smoke, in the image-like venv with the kit unzipped: every section completes and
-    passes, its files are what the device tool brings back (<= 8 files, <= 16 MiB each), the claim runs' archive holds
+    passes whatever the machine's load (the budget, 900 s, leaves room for every section; the smoke work is bounded),
+    its files are what the device tool brings back (<= 8 files, <= 16 MiB each), the claim runs' archive holds
     no checkpoint and reads back (the command checks that itself: a PASS line)."""
     out = tmp_path / "out"
     p = subprocess.run(
-        ["bash", str(SCRIPTS / "gpu_check.sh"), "--out", str(out), "--cpu-smoke", "--budget", "170"],
+        ["bash", str(SCRIPTS / "gpu_check.sh"), "--out", str(out), "--cpu-smoke", "--budget", "900"],
         capture_output=True,
         text=True,
         timeout=600,
