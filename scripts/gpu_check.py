@@ -127,7 +127,12 @@ EQ_CASES = [  # the methods whose client state makes the executors' bookkeeping 
     ),
     ("ditto", ["algorithm=ditto", "model=tiny_cnn"]),
 ]
-EQ_BASE = ["logger=none", "clients=6", "participation=0.67"]
+# lr 0.01: at digits' default 0.05 about 4 % of input draws put one fp32 run (either executor) on the other side of a
+# max-pool/ReLU near-tie, ~1e-2 away; at 0.01 no such draw in 30 (fedbench/engine/agreement.py's measurements)
+EQ_BASE = ["logger=none", "clients=6", "participation=0.67", "lr=0.01"]
+# fp32 vs the fp64 answer: vectorized within 10x the sequential one's distance (the tests use 3 on one known draw;
+# over random draws 5 % exceed 7.8, and a bug is orders of magnitude away): one GPU window has no room for a rerun
+FP32_FACTOR = 10.0
 
 
 class Report:
@@ -272,7 +277,7 @@ def equality(rep: Report, dev: torch.device, size: dict) -> None:
             d64 <= 1e-9 * max(1.0, scale),
             f"max |difference| {d64:.2e} (allowed 1e-9 x state scale {scale:.2g})",
         )
-        ok, text = fp32_agreement(runs["fp32", "sequential"][0], runs["fp32", "vectorized"][0], ref)
+        ok, text = fp32_agreement(runs["fp32", "sequential"][0], runs["fp32", "vectorized"][0], ref, FP32_FACTOR)
         rep.put("equality", f"{name} fp32", text)
         rep.check(f"sequential == vectorized on {dev}, fp32 (TF32 off) against the fp64 answer, {name}", ok, text)
     if dev.type != "cuda":
