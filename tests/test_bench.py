@@ -44,7 +44,9 @@ def test_bench_prints_rounds_fractions_and_ratio():
         )
         assert m, out
         seconds, samples_per_s, fraction, mib = float(m.group(1)), int(m.group(2)), float(m.group(3)), int(m.group(4))
-        assert seconds > 0 and samples_per_s > 0 and 0 < fraction < 2 and mib > 0, out
+        # the fraction is printed to 2 decimals: on a machine loaded by other work it may print 0.00 (issue 36 item 5:
+        # no test depends on the load); its unrounded value is checked in the JSON test below
+        assert seconds > 0 and samples_per_s > 0 and 0 <= fraction < 2 and mib > 0, out
     ratio = float(re.search(r"equal: vectorized/sequential time ratio: ([\d.]+)", out).group(1))
     assert ratio > 0
     assert "per round, against the peak measured right before and after it" in out
@@ -82,4 +84,4 @@ def test_bench_uneven_workload_and_clients_sweep(tmp_path):
         ("dir0.5", "vectorized", 4),
         ("equal", "sequential", 5),
     }
-    assert all(r["peak_bytes"] > 0 and r["samples_per_s"] > 0 for r in saved)
+    assert all(r["peak_bytes"] > 0 and r["samples_per_s"] > 0 and r["flops_per_s"] > 0 for r in saved)
