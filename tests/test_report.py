@@ -73,6 +73,7 @@ def test_multirun_through_the_cli_into_a_report_with_a_failed_run(tmp_path, cach
     assert statuses == ["complete"] * 2 + ["diverged"] * 2
 
     out = tmp_path / "rep"
+    monkeypatch.setenv("COLUMNS", "200")  # the table's cells unwrapped, whatever the terminal running the tests
     assert main([str(sweep), "--out", str(out)]) == 0  # = fedbench-report / scripts/report.py
     printed = capsys.readouterr().out
     assert "Smoke" in printed and "1 diverged" in printed and "diverged in round 1: non-finite" in printed
