@@ -4,6 +4,7 @@ seeds (fedbench/report's ``Report``), and the predicate evaluated seed-paired on
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -211,43 +212,56 @@ def evaluate_claim(pc: PaperClaims, claim: Claim, runset: RunSet) -> ClaimResult
         cols=[c.key for c in rep.columns] if claim.over else [None],
         labels=labels(pc, claim),
     )
-    for row in rep.row_keys:
-        for col in rep.columns:
-            cell = rep.cells[(row, col.key)]
-            res.data.setdefault(row, {})[col.key if claim.over else None] = dict(zip(cell.seeds, cell.values))
     res.digits = max(rep.digits.values(), default=2)
     res.unit = "%" if rep.table.percent("value") else ""
-    named = set(res.rows) or set(rep.row_keys)
-    used = [
-        r
-        for r in runs
-        if canon(r.key(claim.by)) in named
-        and (not claim.over or canon(r.key(claim.over)) in {c.key for c in rep.columns})
-    ]
+    named, columns = set(res.rows) or set(rep.row_keys), {c.key: c for c in rep.columns}
+    used = []
+    for r in runs:
+        row, col = canon(r.key(claim.by)), canon(r.key(claim.over)) if claim.over else None
+        if row not in named or (claim.over and col not in columns):
+            continue
+        used.append(r)
+        v = run_value(rep, r, columns.get(col) or rep.columns[0])
+        if isinstance(v, float):
+            res.data.setdefault(row, {}).setdefault(col, {})[r.seed] = (100.0 if res.unit else 1.0) * v
+        else:
+            res.status[v] += 1
+        if r.status == "diverged" or (isinstance(v, float) and not math.isfinite(v)):
+            res.status["diverged"] += 1
     res.n_runs, res.n_complete = len(used), sum(r.status == "complete" for r in used)
     res.run_ids = {frozenset(r.overrides.items()): r.status == "complete" for r in used}
     res.seconds = sum(run_seconds(r) for r in used if r.status == "complete")
     res.adopted = {r.path.name: r.lacking for r in used if r.job is not None}
-    for (row, _), cell in rep.cells.items():
-        if row in named:
-            res.status.update(cell.other)
     paper = {row: {None: v} if not isinstance(v, dict) else v for row, v in claim.paper.items()}
     res.outcome = evaluate(
         claim.predicate,
         res.data,
         res.cols,
+        exp.scale.seeds,
         claim.tolerance,
-        exp.scale.min_seeds,
+        claim.worst,
         paper=paper,
         paper_scale=scale == "paper",
     )
     if res.outcome.verdict == NOT_RUN and res.n_runs:
-        res.outcome.reason = f"{res.n_complete} of {res.n_runs} runs complete" + _why(res.status)
+        res.outcome.reason += _why(res.status)
     return res
+
+
+def run_value(rep: Report, run: RunRecord, col) -> float | str:
+    """A run's value in a claim's table: its metric (a float); NaN when it diverged (status ``diverged``, or a
+    non-finite metric) — an outcome the rule counts as the claim's worst value; or why it has none (its status:
+    failed, running, preempted, missing; or ``no value``)."""
+    if run.status == "diverged":
+        return math.nan
+    if run.status != "complete":
+        return run.status
+    v = rep.value(run, rep.table.metrics["value"], col)
+    return math.nan if v == "non-finite" else v
 
 
 def _why(status: Counter) -> str:
     return (" (" + ", ".join(f"{n} {k}" for k, n in status.items()) + ")") if status else ""
 
 
-__all__ = ["LAUNCHES", "RunSet", "ClaimResult", "evaluate_claim", "launches", "run_seconds", "sweep_dir"]
+__all__ = ["LAUNCHES", "RunSet", "ClaimResult", "evaluate_claim", "launches", "run_seconds", "run_value", "sweep_dir"]

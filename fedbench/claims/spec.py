@@ -18,7 +18,7 @@ from .predicates import Predicate, PredicateError, _is_number, parse
 
 SCALES = ("paper", "cpu", "smoke")
 TOP_FIELDS = {"paper", "title", "reference", "defaults", "scales", "experiments", "claims"}
-SCALE_FIELDS = {"note", "seeds", "overrides", "min_seeds"}
+SCALE_FIELDS = {"note", "seeds", "overrides"}
 EXPERIMENT_FIELDS = {"experiment", "overrides", "sweep"}
 CLAIM_FIELDS = {
     "id",
@@ -34,9 +34,14 @@ CLAIM_FIELDS = {
     "tolerance",
     "percent",
     "target",
+    "worst",
     "note",
 }
-DEFAULTS = {"tolerance": 0.5, "min_seeds": 3, "percent": True, "by": "choice:algorithm"}
+# tolerance: τ, the smallest effect that matters (displayed units: accuracy points), below which a difference is "no
+# difference"; worst: the value a diverged run counts as (default: 0 for a percentage, e.g. accuracy; other metrics
+# must say)
+DEFAULTS = {"tolerance": 0.5, "percent": True, "by": "choice:algorithm"}
+SPREAD = 0.05  # check(): the paper's numbers as 5 seeds, this far apart (displayed units)
 STATS = ("best", "final", "last", "best_round")
 
 
@@ -50,7 +55,6 @@ class Scale:
     note: str
     seeds: list
     overrides: list
-    min_seeds: int
 
 
 @dataclass
@@ -124,6 +128,7 @@ class Claim:
     where: dict  # {key: canonical value}
     tolerance: float
     percent: bool
+    worst: float  # the value a diverged run counts as
     target: dict | None = None  # rounds_to_target / speedup (fedbench/report)
     note: str = ""
 
@@ -232,7 +237,6 @@ def _scale(name: str, s: dict, defaults: dict, where: str) -> Scale:
         str((s or {}).get("note", "")).strip(),
         seeds,
         [str(o) for o in (s or {}).get("overrides") or []],
-        int((s or {}).get("min_seeds", defaults["min_seeds"])),
     )
 
 
@@ -261,6 +265,12 @@ def _claim(c: dict, defaults: dict, experiments: dict, where: str) -> Claim:
     tol = c.get("tolerance", defaults["tolerance"])
     if isinstance(tol, bool) or not isinstance(tol, (int, float)) or tol < 0:
         raise ClaimsError(f"{where}: tolerance: {tol!r} — a number >= 0")
+    percent = bool(c.get("percent", defaults["percent"]))
+    worst = c.get("worst", 0.0 if percent else None)
+    if isinstance(worst, bool) or not isinstance(worst, (int, float)):
+        raise ClaimsError(
+            f"{where}: worst: {worst!r} — the value a diverged run counts as (a number; needed when percent is false)"
+        )
     return Claim(
         str(c["id"]),
         " ".join(str(c["claim"]).split()),
@@ -273,7 +283,8 @@ def _claim(c: dict, defaults: dict, experiments: dict, where: str) -> Claim:
         str(over) if over else None,
         {str(k): canon(v) for k, v in (c.get("where") or {}).items()},
         float(tol),
-        bool(c.get("percent", defaults["percent"])),
+        percent,
+        float(worst),
         c.get("target"),
         " ".join(str(c.get("note", "")).split()),
     )
@@ -365,9 +376,9 @@ def check(pc: PaperClaims) -> list[str]:
     """Everything that can be wrong before a run, one line each: every experiment composes at every scale (its first
     job, Hydra's compose API) and passes fedbench's config checks, its other swept values are options or keys that
     exist (``fedbench`` composes each before it runs anything); each claim's names are values its runs take, its
-    ``over`` key varies and its ``where`` values occur; and its predicate is true of the paper's own numbers."""
+    ``over`` key varies and its ``where`` values occur; and the rule finds it true of the paper's own numbers
+    (:func:`paper_problems`)."""
     from ..cli import GROUPS, options
-    from .predicates import HOLDS, evaluate, paper_data
 
     problems, options_of = [], {g: set(options(g)) for g in GROUPS}
     with hydra_context():
@@ -375,18 +386,35 @@ def check(pc: PaperClaims) -> list[str]:
             for scale, exp in per_scale.items():
                 problems += _check_experiment(pc, name, scale, exp, options_of)
     for c in pc.claims:
-        if c.paper and c.predicate.kind != "close":
-            cols = (
-                [None]
-                if not c.over
-                else list(dict.fromkeys(k for v in c.paper.values() if isinstance(v, dict) for k in v))
+        problems += paper_problems(pc, c)
+    return problems
+
+
+def paper_problems(pc: PaperClaims, c: Claim) -> list[str]:
+    """The claim judged by the rule itself (its tolerance, α, Holm) on the paper's own numbers, taken as 5 seeds
+    ``SPREAD`` apart: it must hold — a bound read on the wrong side, or a predicate that contradicts its own numbers,
+    shows here. And each directional test's gap on the paper's numbers must exceed the tolerance τ: a claim whose
+    paper effect is within τ would call the paper's own effect negligible."""
+    from .predicates import HOLDS, evaluate, paper_data
+
+    if not c.paper:
+        return []
+    cols = [None] if not c.over else list(dict.fromkeys(k for v in c.paper.values() if isinstance(v, dict) for k in v))
+    paper = {row: v if isinstance(v, dict) else {None: v} for row, v in c.paper.items()}
+    seeds = list(range(5))
+    out = evaluate(c.predicate, paper_data(paper, cols, seeds, SPREAD), cols, seeds, c.tolerance, c.worst, paper)
+    where = f"{pc.path.name}: {c.id}"
+    problems = (
+        []
+        if out.verdict == HOLDS
+        else [f"{where}: '{c.predicate.text}' is {out.verdict} on the paper's own numbers ({out.reason})"]
+    )
+    for t in out.tests:
+        if t.op != "within" and t.gap is not None and t.gap <= c.tolerance:
+            problems.append(
+                f"{where}: {t.label}{f' at {t.at}' if t.at else ''}: the paper's gap {t.gap:.3g} is within the "
+                f"tolerance {c.tolerance:g} (give the claim a smaller tolerance)"
             )
-            out = evaluate(c.predicate, paper_data(c.paper, cols), cols, tolerance=0.0, min_seeds=1)
-            if out.verdict != HOLDS:
-                problems.append(
-                    f"{pc.path.name}: {c.id}: '{c.predicate.text}' is {out.verdict} on the paper's own "
-                    f"numbers ({out.reason})"
-                )
     return problems
 
 
@@ -442,6 +470,7 @@ __all__ = [
     "PaperClaims",
     "check",
     "claims_dir",
+    "paper_problems",
     "key_values",
     "papers",
     "load",
