@@ -46,8 +46,8 @@ from scipy import stats
 from ..report.runs import canon
 
 HOLDS, FAILS, NO_DIFFERENCE, INCONCLUSIVE = "holds", "fails", "no difference", "inconclusive"
-NOT_RUN, NOT_COMPARABLE = "not run", "not comparable (scale)"
-VERDICTS = (HOLDS, FAILS, NO_DIFFERENCE, INCONCLUSIVE, NOT_RUN, NOT_COMPARABLE)
+NOT_RUN, NOT_COMPARABLE, NEEDS_DATA = "not run", "not comparable (scale)", "needs data"
+VERDICTS = (HOLDS, FAILS, NO_DIFFERENCE, INCONCLUSIVE, NOT_RUN, NOT_COMPARABLE, NEEDS_DATA)
 ALPHA = 0.05  # one-sided, per test: P(false holds) <= ALPHA per claim, P(false fails) <= ALPHA per claim (Holm)
 POWER = 0.8  # the power at which a test's minimum detectable effect is given
 
@@ -481,6 +481,7 @@ __all__ = [
     "FAILS",
     "NO_DIFFERENCE",
     "INCONCLUSIVE",
+    "NEEDS_DATA",
     "NOT_RUN",
     "NOT_COMPARABLE",
     "POWER",

@@ -12,7 +12,19 @@ from pathlib import Path
 import numpy as np
 
 from ..report.tables import fmt
-from .predicates import ALPHA, FAILS, HOLDS, INCONCLUSIVE, NO_DIFFERENCE, NOT_COMPARABLE, NOT_RUN, POWER, VERDICTS, Test
+from .predicates import (
+    ALPHA,
+    FAILS,
+    HOLDS,
+    INCONCLUSIVE,
+    NEEDS_DATA,
+    NO_DIFFERENCE,
+    NOT_COMPARABLE,
+    NOT_RUN,
+    POWER,
+    VERDICTS,
+    Test,
+)
 from .results import ClaimResult, launches, sweep_dir
 from .spec import PaperClaims
 
@@ -23,6 +35,7 @@ STYLE = {
     INCONCLUSIVE: "yellow",
     NOT_RUN: "dim",
     NOT_COMPARABLE: "dim",
+    NEEDS_DATA: "dim",
 }
 
 
@@ -235,7 +248,7 @@ HEADER = ["claim", "paper", "fedbench (mean ± std over seeds)", "verdict", "sca
 
 def line(res: ClaimResult) -> list[str]:
     return [
-        f"{res.claim.id}: {res.claim.claim}",
+        f"{res.claim.id}: {res.claim.claim} ({said(res.claim)})",
         paper_text(res),
         ours_text(res),
         res.outcome.verdict,
@@ -268,6 +281,7 @@ CSV_FIELDS = [
     "scale",
     "claim",
     "predicate",
+    "said",
     "verdict",
     "reason",
     "test",
@@ -311,6 +325,7 @@ def to_csv(paper: str, results: list[ClaimResult]) -> str:
             "scale": res.scale,
             "claim": c.id,
             "predicate": c.predicate.text,
+            "said": said(c),
             "verdict": res.outcome.verdict,
             "reason": res.outcome.reason,
             "alpha": repr(ALPHA),
@@ -372,10 +387,10 @@ def to_markdown(
         "## Summary",
         "",
         (
-            "| scale | claims | holds | fails | no difference | inconclusive | not run | not comparable "
+            "| scale | claims | holds | fails | no difference | inconclusive | not run | not comparable | needs data "
             "| runs complete | wall time of the launches |"
         ),
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for scale in scales:
         mine = [r for r in results if r.scale == scale]
@@ -390,10 +405,13 @@ def to_markdown(
     md += ["", "## Claims", "", "| " + " | ".join(HEADER) + " |", "|---|---|---|---|---|---:|"]
     for res in results:
         cells = [_md(x) for x in line(res)]
-        cells[0] = f"**{res.claim.id}**: {_md(res.claim.claim)}"
+        cells[0] = f"**{res.claim.id}**: {_md(res.claim.claim)} ({said(res.claim)})"
         cells[3] = f"**{cells[3]}**"
         md.append("| " + " | ".join(cells) + " |")
     md += [
+        "",
+        "(paper): the paper's own words, quoted under Details; (ours): our extension; (paper + ours): the paper's "
+        "words read with a bound or a measure of ours, said under Details.",
         "",
         "Wall time = compute time of the claim's runs (training rounds and evaluations, from their "
         "`metrics.jsonl`; start-up and data loading excluded). A run shared by several claims counts in each.",
@@ -469,6 +487,8 @@ def _details(res: ClaimResult, picture: Path | None) -> list[str]:
         c.claim,
         "",
         f"* Source: {c.source}",
+        *([f"* The paper's words: “{c.quote}”"] if c.quote else []),
+        *([f"* Ours: {c.ours}"] if c.ours else []),
         f"* Predicate: `{c.predicate.text}` on `{c.metric}`"
         + (f" over `{c.over}`" if c.over else "")
         + (f", where {', '.join(f'`{k}={v}`' for k, v in c.where.items())}" if c.where else "")
@@ -486,6 +506,12 @@ def _details(res: ClaimResult, picture: Path | None) -> list[str]:
                 if lacking
                 else ""
             )
+        )
+    for (row, col), choice in res.tuned.items():
+        md.append(
+            f"* {res.label(row)}{'' if col is None else f' at {_key(res)} = {col}'}: the paper's grid, chosen on the "
+            f"tuning seeds {', '.join(map(str, res.experiment.scale.tune_seeds))} (never on the judged ones): "
+            + (choice.describe() if choice.chosen is not None else "not all tuning runs are in")
         )
     if c.note:
         md.append(f"* Note: {c.note}")
@@ -518,6 +544,11 @@ def test_table(res: ClaimResult) -> list[str]:
             f"{'' if power is None else f'{100 * power:.0f} %'} | {t.verdict} |"
         )
     return md
+
+
+def said(c) -> str:
+    """Whose claim: the paper's words, ours, or the paper's words read with a bound of ours."""
+    return "paper + ours" if c.quote and c.ours else "paper" if c.quote else "ours"
 
 
 def _shown_test(t: Test) -> str:

@@ -18,12 +18,15 @@ from .predicates import Predicate, PredicateError, _is_number, parse
 
 SCALES = ("paper", "cpu", "smoke")
 TOP_FIELDS = {"paper", "title", "reference", "defaults", "scales", "experiments", "claims"}
-SCALE_FIELDS = {"note", "seeds", "overrides"}
-EXPERIMENT_FIELDS = {"experiment", "overrides", "sweep"}
+SCALE_FIELDS = {"note", "seeds", "tune_seeds", "overrides"}
+EXPERIMENT_FIELDS = {"experiment", "overrides", "sweep", "needs"}
 CLAIM_FIELDS = {
     "id",
     "claim",
     "source",
+    "quote",
+    "ours",
+    "tune",
     "experiment",
     "metric",
     "holds_if",
@@ -55,6 +58,7 @@ class Scale:
     note: str
     seeds: list
     overrides: list
+    tune_seeds: list = field(default_factory=list)  # the seeds a tuned method's grid value is chosen on (never judged)
 
 
 @dataclass
@@ -66,6 +70,12 @@ class Experiment:
     experiment: str | None
     overrides: list
     sweep: dict
+    tuned: bool = False  # a claim on it tunes a method over a grid: it also runs the scale's tune_seeds
+    needs: str = ""  # data this machine lacks (its claims are "needs data" until runs exist)
+
+    @property
+    def seeds(self) -> list:
+        return self.scale.seeds + (self.scale.tune_seeds if self.tuned else [])
 
     def args(self) -> list[str]:
         """Its overrides: the scale's, then the experiment's, then the sweep and the seeds (a later key replaces an
@@ -76,7 +86,7 @@ class Experiment:
             + list(self.scale.overrides)
             + list(self.overrides)
             + [f"{k}={_csv(v)}" for k, v in self.sweep.items()]
-            + [f"seed={_csv(self.scale.seeds)}"]
+            + [f"seed={_csv(self.seeds)}"]
         )
         for item in items:
             merged[_key(item)] = item
@@ -131,6 +141,9 @@ class Claim:
     worst: float  # the value a diverged run counts as
     target: dict | None = None  # rounds_to_target / speedup (fedbench/report)
     note: str = ""
+    quote: str = ""  # the paper's own words (``source`` says where)
+    ours: str = ""  # what is ours: the whole claim, or a bound or reading of the paper's words
+    tune: dict = field(default_factory=dict)  # {row: grid key}: the row at its best grid value on the tune seeds
 
 
 @dataclass
@@ -207,6 +220,7 @@ def load_file(path: Path) -> PaperClaims:
                 (e or {}).get("experiment"),
                 [str(o) for o in (e or {}).get("overrides") or []],
                 sweep,
+                needs=str((e or {}).get("needs", "")),
             )
     pc = PaperClaims(paper, str(node.get("title", paper)), str(node.get("reference", "")), path, scales, experiments)
     seen = set()
@@ -216,6 +230,13 @@ def load_file(path: Path) -> PaperClaims:
             raise ClaimsError(f"{where}: claims[{i}]: id {claim.id!r} used twice")
         seen.add(claim.id)
         pc.claims.append(claim)
+        for exp in experiments[claim.experiment].values() if claim.tune else ():
+            if not exp.scale.tune_seeds:
+                raise ClaimsError(
+                    f"{where}: claims[{i}] ({claim.id}): tune needs the {exp.scale.name} scale's tune_seeds (the seeds "
+                    "the grid value is chosen on; the judged seeds never choose it)"
+                )
+            exp.tuned = True
     return pc
 
 
@@ -232,11 +253,15 @@ def _scale(name: str, s: dict, defaults: dict, where: str) -> Scale:
     seeds = (s or {}).get("seeds")
     if not isinstance(seeds, list) or not seeds or not all(isinstance(x, int) and x >= 0 for x in seeds):
         raise ClaimsError(f"{where}.seeds: {seeds!r} — a non-empty list of integers >= 0")
+    tune = (s or {}).get("tune_seeds") or []
+    if not all(isinstance(x, int) and x >= 0 and x not in seeds for x in tune):
+        raise ClaimsError(f"{where}.tune_seeds: {tune!r} — integers >= 0, none of them a judged seed")
     return Scale(
         name,
         str((s or {}).get("note", "")).strip(),
         seeds,
         [str(o) for o in (s or {}).get("overrides") or []],
+        list(tune),
     )
 
 
@@ -265,6 +290,14 @@ def _claim(c: dict, defaults: dict, experiments: dict, where: str) -> Claim:
     tol = c.get("tolerance", defaults["tolerance"])
     if isinstance(tol, bool) or not isinstance(tol, (int, float)) or tol < 0:
         raise ClaimsError(f"{where}: tolerance: {tol!r} — a number >= 0")
+    if not (c.get("quote") or c.get("ours")):
+        raise ClaimsError(
+            f"{where}: say whose claim it is — 'quote:' (the paper's words; 'source:' says where) and/or 'ours:' "
+            "(what is our extension: the claim, or its bound)"
+        )
+    tune = {canon(k): str(v) for k, v in (c.get("tune") or {}).items()}
+    if any(row not in map(canon, pred.names) for row in tune):
+        raise ClaimsError(f"{where}: tune: a tuned row must be a name of the predicate ({pred.text!r})")
     percent = bool(c.get("percent", defaults["percent"]))
     worst = c.get("worst", 0.0 if percent else None)
     if isinstance(worst, bool) or not isinstance(worst, (int, float)):
@@ -287,6 +320,9 @@ def _claim(c: dict, defaults: dict, experiments: dict, where: str) -> Claim:
         float(worst),
         c.get("target"),
         " ".join(str(c.get("note", "")).split()),
+        " ".join(str(c.get("quote", "")).split()),
+        " ".join(str(c.get("ours", "")).split()),
+        tune,
     )
 
 
@@ -453,7 +489,7 @@ def _check_experiment(pc: PaperClaims, name: str, scale: str, exp: Experiment, o
             if canon(n) not in rows and not (c.predicate.kind == "order" and _is_number(n)):
                 problems.append(f"{where}: '{n}' is not a value of {c.by} in its runs ({', '.join(sorted(rows))})")
         problems += [f"{where}: paper row '{n}' is not a value of {c.by} in its runs" for n in c.paper if n not in rows]
-        if c.predicate.needs_sweep and len(key_values(jobs, cfg, c.over)) < 2:
+        if c.predicate.needs_sweep and len(key_values(jobs, cfg, c.over, exp)) < 2:
             problems.append(f"{where}: over: {c.over} takes fewer than 2 values in its runs (a trend needs 2 or more)")
         for k, v in c.where.items():
             if v not in (have := key_values(jobs, cfg, k)):
