@@ -19,7 +19,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from .predicates import VERDICTS, Outcome, Predicate, PredicateError, Test, decide, evaluate, parse
+from .predicates import VERDICTS, Outcome, Predicate, PredicateError, Test, evaluate, judge, parse
 from .results import ClaimResult, RunSet, evaluate_claim
 from .runner import run
 from .spec import SCALES, ClaimsError, PaperClaims, check, load, papers
@@ -273,7 +273,7 @@ __all__ = [
     "Test",
     "VERDICTS",
     "check",
-    "decide",
+    "judge",
     "evaluate",
     "evaluate_claim",
     "load",

@@ -1,25 +1,37 @@
-"""A claim's predicate (docs/claims.md): parsed from one line of text, evaluated seed-paired on the runs' values.
+"""A claim's predicate (docs/claims.md): parsed from one line of text, judged seed-paired on a table of per-run values.
 
 Forms (names are values of the claim's ``by`` key, e.g. methods; ``over`` is the swept key, if any)::
 
-    fedrema > local > fedavg        ordering: every adjacent pair, each name of a ``a, b`` list; a number is a constant
+    fedrema > local > fedavg        ordering: every pair of names in different places (a > b, a > c, b > c); names
+                                    in one place (``a > b, c``) are not compared with each other; a number is a constant
     ecl - fedavg_ft > 2             margin: the difference against a bound (>=, <= read as >, <)
-    |ecl - ecl_m3| < 1.5            two-sided: the absolute difference below a bound
+    |ecl - ecl_m3| < 1.5            equivalence: the difference within ±1.5
     fedrema decreasing              trend over ``over`` (also ``increasing``); ``a - b decreasing`` for a difference
-    fedrema flat within 2.5         range over ``over`` (max - min) below a bound
-    close within 1.0                each number of the paper within 1.0 (paper scale only)
+    fedrema flat within 2.5         equivalence over ``over``: every two swept values within ±2.5 of each other
+    close within 1.0                equivalence: each number of the paper within ±1.0 (paper scale only)
 
-Every form reduces to tests "quantity q_s per seed s, claimed on one side of a bound"; a comparison with ``over``
-is tested at every swept value. **The rule** (:func:`decide`): with n paired seeds (a seed counts when every value the
-quantity needs exists for it; pairs are matched by seed, never by position) and the margin m_s = q_s - bound
-(sign-flipped for "<"), a test
+Every form reduces to tests of a paired quantity q_s, one value per seed s, claimed above a bound (``>``), below it
+(``<``) or within ±bound (``within``); a comparison with ``over`` is tested at every swept value. **The rule**
+(:func:`judge`; α = :data:`ALPHA`): from the mean of q over the n seeds and its t-interval (n − 1 degrees of freedom),
+a test
 
-* **holds** if n >= min_seeds, every m_s > 0 and mean(m) > tolerance;
-* **fails** if n >= min_seeds, every m_s < 0 and mean(m) < -tolerance;
-* is **inconclusive** otherwise (too few seeds, mixed signs, or a mean within the tolerance of the bound).
+* **holds** if the one-sided (1 − α) confidence bound lies on the claimed side of the bound (``within``: the two
+  one-sided tests at −bound and +bound, TOST, at the paper's own bound);
+* **fails** if the one-sided (1 − α) bound lies on the other side (``within``: beyond −bound or +bound, α/2 each);
+* shows **no difference** if its (1 − 2α) interval lies within ±τ of the bound (TOST at the claim's tolerance τ, the
+  smallest effect that matters; ``within`` tests have none: their bound is the paper's);
+* is **inconclusive** otherwise.
 
-A claim holds if all its tests hold, fails if any fails, and is inconclusive otherwise. A claim where a name it reads
-(or one of its swept values) has no values yet is **not run**: it is never judged on the tests that remain.
+"fails" and "no difference" are Holm-adjusted over the claim's tests. A claim holds if every test holds (an
+intersection-union test: each at α, no correction needed), fails if any test fails, shows no difference if any test
+does and none fails, and is inconclusive otherwise. So each claim errs with probability ≤ α in each direction.
+
+A claim is judged only on complete data: every run it reads (each name at each swept value and seed) must have a
+value, else it is **not run (k of n)**. A diverged run — a non-finite value in the table — is an outcome, never
+dropped: it counts as the claim's ``worst`` value (accuracy: 0).
+
+:func:`judge` takes each test's values as arrays with the seeds on axis 0, so that the simulation test
+(tests/test_claims_rule.py) runs the rule on many replications at once.
 """
 
 from __future__ import annotations
@@ -29,12 +41,15 @@ import re
 from dataclasses import dataclass, field
 
 import numpy as np
+from scipy import stats
 
 from ..report.runs import canon
 
-HOLDS, FAILS, INCONCLUSIVE = "holds", "fails", "inconclusive"
-NOT_RUN, NOT_COMPARABLE = "not run", "not comparable (scale)"
-VERDICTS = (HOLDS, FAILS, INCONCLUSIVE, NOT_RUN, NOT_COMPARABLE)
+HOLDS, FAILS, NO_DIFFERENCE, INCONCLUSIVE = "holds", "fails", "no difference", "inconclusive"
+NOT_RUN, NOT_COMPARABLE, NEEDS_DATA = "not run", "not comparable (scale)", "needs data"
+VERDICTS = (HOLDS, FAILS, NO_DIFFERENCE, INCONCLUSIVE, NOT_RUN, NOT_COMPARABLE, NEEDS_DATA)
+ALPHA = 0.05  # one-sided, per test: P(false holds) <= ALPHA per claim, P(false fails) <= ALPHA per claim (Holm)
+POWER = 0.8  # the power at which a test's minimum detectable effect is given
 
 _NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 _NAME = r"[A-Za-z0-9_.:+]+"
@@ -100,55 +115,184 @@ def parse(text: str) -> Predicate:
 
 @dataclass
 class Test:
-    """One tested quantity: its value per seed and the side of ``bound`` the claim puts it on."""
+    """One tested quantity, its value per seed, and the claimed side of ``bound``: ``>``, ``<`` or ``within``
+    (|q| < bound). :func:`judge` fills in the rest."""
 
     label: str
     per_seed: dict  # {seed: q_s}
-    op: str  # ">" or "<"
+    op: str  # ">" | "<" | "within"
     bound: float
-    at: str | None = None  # the swept value it was measured at (comparisons with ``over``)
+    at: str | None = None  # the swept value(s) it was measured at
+    paper: float | None = None  # the paper's own value of q (its numbers through the same test)
+    n: int = 0
+    mean: float = math.nan
+    sd: float = math.nan  # sample standard deviation (n - 1) of q over the seeds
+    lo: float = math.nan  # the (1 - 2 ALPHA) interval of the mean: each end a one-sided (1 - ALPHA) bound
+    hi: float = math.nan
+    p_holds: float = math.nan  # p-value against "the claim is false" (within: TOST, the larger of the two)
+    p_fails: float = math.nan  # p-value against "the claim is true", Holm-adjusted over the claim's tests
+    p_same: float = math.nan  # TOST p-value for "within ±tolerance of the bound", Holm-adjusted
     verdict: str = ""
     reason: str = ""
 
     @property
-    def values(self) -> list[float]:
+    def values(self) -> list:
         return list(self.per_seed.values())
 
     @property
-    def mean(self):
-        return float(np.mean(self.values)) if self.per_seed else None
+    def gap(self) -> float | None:
+        """The paper's distance from the bound on the claimed side (``within``: its room inside ±bound)."""
+        return None if self.paper is None else _gap(self.op, self.bound, self.paper)
 
-    @property
-    def std(self):
-        return float(np.std(self.values)) if self.per_seed else None  # population std, as the report's cells
+    def power(self) -> float | None:
+        """P(holds) if q's true mean were the paper's and its seed-to-seed sd the observed one."""
+        if self.paper is None or self.n < 2:
+            return None
+        return chance(self.op, self.bound, self.paper, self.sd, self.n)
 
-
-def decide(per_seed: dict, op: str, bound: float, tolerance: float, min_seeds: int) -> tuple[str, str]:
-    """The rule of the module docstring: (verdict, reason in a few words)."""
-    n = len(per_seed)
-    if n < min_seeds:
-        return INCONCLUSIVE, f"{n} paired seed(s), fewer than {min_seeds}"
-    sign = 1.0 if op == ">" else -1.0
-    margin = sign * (np.asarray(list(per_seed.values()), dtype=float) - bound)
-    mean = float(margin.mean())
-    right, wrong = int((margin > 0).sum()), int((margin < 0).sum())
-    side = f"{op} {bound:g}"
-    if right == n and mean > tolerance:
-        return HOLDS, f"all {n} seeds {side}, mean margin {mean:.3g} > tolerance {tolerance:g}"
-    if wrong == n and mean < -tolerance:
-        return FAILS, f"all {n} seeds on the other side of {bound:g}, mean margin {mean:.3g} < -{tolerance:g}"
-    if right == n or wrong == n:
-        return INCONCLUSIVE, f"all {n} seeds on one side, but |mean margin| {abs(mean):.3g} <= tolerance {tolerance:g}"
-    return INCONCLUSIVE, f"{right} of {n} seeds {side}, {wrong} on the other side, {n - right - wrong} equal"
+    def mde(self) -> float | None:
+        """The minimum detectable effect: the smallest gap (as :attr:`gap`) the test detects with probability
+        :data:`POWER`, at the observed sd. For ``within``: the room inside the bound needed at the paper's |q|
+        (0 without one), i.e. the smallest bound the test would confirm there, minus |q|."""
+        if self.n < 2:
+            return None
+        return mde(self.op, self.bound, self.paper, self.sd, self.n)
 
 
-def combine(verdicts: list[str]) -> str:
-    """A claim's verdict from its tests: fails if any fails, holds if all hold, else inconclusive."""
-    if not verdicts:
-        return NOT_RUN
-    if FAILS in verdicts:
-        return FAILS
-    return HOLDS if all(v == HOLDS for v in verdicts) else INCONCLUSIVE
+def _gap(op: str, bound: float, q: float) -> float:
+    return q - bound if op == ">" else bound - q if op == "<" else bound - abs(q)
+
+
+def chance(op: str, bound: float, mu: float, sd: float, n: int, alpha: float = ALPHA) -> float:
+    """P(a test holds) when q's true mean is ``mu`` and its seed-to-seed sd ``sd`` (normal noise): the (1 − 2α)
+    interval m ± t·s/√n must land in the claimed region. Exact: integrated over the sample sd s, with
+    (n − 1)s²/σ² ~ χ²(n − 1), on 2000 quantiles of χ² (error ~1e-5); for ``>`` and ``<`` this is the noncentral t's
+    tail, scipy.stats.nct.sf(t, n − 1, gap·√n/σ)."""
+    lo, hi = {">": (bound, math.inf), "<": (-math.inf, bound), "within": (-bound, bound)}[op]
+    if sd == 0:
+        return float(lo < mu < hi)
+    df, sm = n - 1, sd / math.sqrt(n)
+    s = np.sqrt(stats.chi2.ppf((np.arange(2000) + 0.5) / 2000, df) / df)  # s/σ at its quantiles
+    w = stats.t.ppf(1 - alpha, df) * sm * s
+    return float(np.clip(stats.norm.cdf((hi - w - mu) / sm) - stats.norm.cdf((lo + w - mu) / sm), 0, None).mean())
+
+
+def mde(op: str, bound: float, paper: float | None, sd: float, n: int) -> float:
+    """The gap g at which :func:`chance` = :data:`POWER` (see :meth:`Test.mde`)."""
+    if sd == 0:
+        return 0.0
+    ref = abs(paper) if paper is not None else 0.0
+
+    def power(g):
+        if op == "within":
+            return chance(op, ref + g, ref, sd, n)
+        return chance(op, bound, bound + g if op == ">" else bound - g, sd, n)
+
+    hi = sd
+    while power(hi) < POWER:
+        hi *= 2
+    from scipy.optimize import brentq
+
+    return float(brentq(lambda g: power(g) - POWER, 0.0, hi, xtol=1e-6 * sd))
+
+
+def _p(mean, x, se, df, upper: bool):
+    """One-sided t-test p-value of H0 "true mean <= x" (``upper``) or ">= x"; se = 0 reads as an exact mean."""
+    diff = mean - x
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.where(se > 0, diff / np.where(se > 0, se, 1.0), np.where(diff == 0, 0.0, np.sign(diff) * np.inf))
+    return stats.t.sf(z, df) if upper else stats.t.cdf(z, df)
+
+
+def _measure(t: Test, tolerance: float, alpha: float) -> None:
+    """The test's mean, sd, interval and raw p-values (arrays with the seeds on axis 0 give arrays)."""
+    q = np.asarray(t.values, dtype=float)
+    t.n, t.mean = len(q), q.mean(0)
+    if t.n < 2:  # no interval from one seed
+        t.sd = t.lo = t.hi = np.full_like(t.mean, np.nan)
+        t.p_holds = t.p_fails = t.p_same = np.ones_like(t.mean)
+        return
+    df, b = t.n - 1, t.bound
+    t.sd = q.std(0, ddof=1)
+    se = t.sd / math.sqrt(t.n)
+    t.lo, t.hi = t.mean - stats.t.ppf(1 - alpha, df) * se, t.mean + stats.t.ppf(1 - alpha, df) * se
+
+    def above(x):
+        return _p(t.mean, x, se, df, True)
+
+    def below(x):
+        return _p(t.mean, x, se, df, False)
+
+    if t.op == "within":
+        t.p_holds = np.maximum(above(-b), below(b))
+        t.p_fails = np.minimum(1.0, 2 * np.minimum(below(-b), above(b)))
+        t.p_same = np.ones_like(t.mean)
+    else:
+        t.p_holds = above(b) if t.op == ">" else below(b)
+        t.p_fails = 1.0 - t.p_holds
+        t.p_same = np.maximum(above(b - tolerance), below(b + tolerance))
+
+
+def holm(p: np.ndarray) -> np.ndarray:
+    """Holm's step-down adjusted p-values over axis 0 (a claim's tests): rejecting those <= α errs with
+    probability <= α for the whole family."""
+    p = np.asarray(p, dtype=float)
+    k = p.shape[0]
+    order = np.argsort(p, axis=0, kind="stable")
+    factor = (k - np.arange(k)).reshape((k,) + (1,) * (p.ndim - 1))
+    adjusted = np.maximum.accumulate(np.minimum(1.0, np.take_along_axis(p, order, 0) * factor), axis=0)
+    out = np.empty_like(adjusted)
+    np.put_along_axis(out, order, adjusted, 0)
+    return out
+
+
+def judge(tests: list[Test], tolerance: float, alpha: float = ALPHA):
+    """Each test's verdict and the claim's (the module docstring's rule); arrays of replications give arrays."""
+    for t in tests:
+        _measure(t, tolerance, alpha)
+    fails, same = holm([t.p_fails for t in tests]), holm([t.p_same for t in tests])
+    for t, f, s in zip(tests, fails, same):
+        t.p_fails, t.p_same = _scalar(f), _scalar(s)
+        t.verdict = _scalar(
+            np.select([t.p_holds <= alpha, f <= alpha, s <= alpha], [HOLDS, FAILS, NO_DIFFERENCE], INCONCLUSIVE)
+        )
+        t.mean, t.sd, t.lo, t.hi, t.p_holds = map(_scalar, (t.mean, t.sd, t.lo, t.hi, t.p_holds))
+    v = np.array([t.verdict for t in tests])
+    return _scalar(
+        np.select(
+            [(v == HOLDS).all(0), (v == FAILS).any(0), (v == NO_DIFFERENCE).any(0)],
+            [HOLDS, FAILS, NO_DIFFERENCE],
+            INCONCLUSIVE,
+        )
+    )
+
+
+def _scalar(x):
+    """A 0-d array as a plain Python number or string (one replication: the page's case)."""
+    return x.item() if isinstance(x, np.generic | np.ndarray) and np.ndim(x) == 0 else x
+
+
+def _why(t: Test) -> str:
+    """A test's verdict in a few words."""
+    if t.n < 2:
+        return f"{t.n} seed: no interval"
+    side = f"inside ±{t.bound:g}" if t.op == "within" else f"{'above' if t.op == '>' else 'below'} {t.bound:g}"
+    interval = f"{100 * (1 - 2 * ALPHA):g} % interval [{t.lo:+.3g}, {t.hi:+.3g}]"
+    if t.verdict == HOLDS:
+        return f"{interval} {side} (p = {t.p_holds:.2g})"
+    if t.verdict == FAILS:
+        return (
+            f"{interval} on the other side of {'±' if t.op == 'within' else ''}{t.bound:g} (p = {t.p_fails:.2g}, Holm)"
+        )
+    if t.verdict == NO_DIFFERENCE:
+        return f"{interval} within {t.bound:g} ± the tolerance (p = {t.p_same:.2g}, Holm)"
+    need = t.mde()
+    text = f"{interval} not {side}"
+    if need is not None:
+        text += f"; could detect a gap ≥ {need:.2g}" + (
+            f", the paper's gap is {t.gap:.2g}" if t.gap is not None else ""
+        )
+    return text
 
 
 # ---- evaluation ------------------------------------------------------------------------------------------------
@@ -168,35 +312,71 @@ def _x(col) -> float:
         raise PredicateError(f"a trend needs numeric values of the swept key, got {col!r}") from None
 
 
+def needed(pred: Predicate, cols: list, paper: dict) -> list[tuple]:
+    """The (row, col) cells a claim reads: every name at every swept value; for ``close``, the paper's numbers."""
+    if pred.kind == "close":
+        return [(row, col) for row in paper for col in cols if _number(paper[row].get(col)) is not None]
+    return [(canon(n), col) for n in pred.names for col in cols]
+
+
 def evaluate(
     pred: Predicate,
     data: dict,
     cols: list,
+    seeds: list,
     tolerance: float,
-    min_seeds: int,
+    worst: float = 0.0,
     paper: dict | None = None,
     paper_scale: bool = True,
 ) -> Outcome:
-    """``data = {row: {col: {seed: value}}}`` (col ``None`` when nothing is swept); ``paper = {row: {col: value}}``.
-    Seeds are matched by their value: a seed missing on one side drops out of that test."""
+    """The claim's verdict from ``data = {row: {col: {seed: value}}}`` (col ``None`` when nothing is swept; a
+    non-finite value = a diverged run) and ``paper = {row: {col: value}}``: a pure function of the table. Every cell
+    of :func:`needed` must have a value at every seed of ``seeds``, else the claim is not run; seeds are matched by
+    their value, never by position."""
     if pred.kind == "close" and not paper_scale:
         return Outcome(NOT_COMPARABLE, "closeness to the paper's numbers is checked at paper scale only")
-    if pred.kind != "close":  # a name (or a swept value) without values: the claim is not judged on the others
-        empty = [n if col is None else f"{n} at {col}" for n in pred.names for col in cols if not _series(data, n, col)]
-        if empty:
-            return Outcome(NOT_RUN, "no values yet for " + ", ".join(empty))
-    tests = _tests(pred, data, cols, paper or {})
-    if not tests:
-        return Outcome(NOT_RUN, "no values for the names the predicate reads")
+    paper = paper or {}
+    cells = needed(pred, cols, paper)
+    lacking = {(row, col): [s for s in seeds if s not in data.get(row, {}).get(col, {})] for row, col in cells}
+    if not cells or any(lacking.values()):
+        missing = [
+            f"{row}{'' if col is None else f' at {col}'} ({'every seed' if len(m) == len(seeds) else f'seed {m[0]}'})"
+            for (row, col), m in lacking.items()
+            if m
+        ]
+        have = len(cells) * len(seeds) - sum(map(len, lacking.values()))
+        return Outcome(
+            NOT_RUN, f"{have} of {len(cells) * len(seeds)} runs have a value; none yet for " + ", ".join(missing)
+        )
+    table = {
+        row: {col: {s: _outcome(data[row][col][s], worst) for s in seeds} for col in cols if col in data[row]}
+        for row in {row for row, _ in cells}
+    }
+    tests = _tests(pred, table, cols, paper)
+    on_paper = {(t.label, t.at): t.values[0] for t in _tests(pred, paper_data(paper, cols), cols, paper)}
     for t in tests:
-        t.verdict, t.reason = decide(t.per_seed, t.op, t.bound, tolerance, min_seeds)
-    verdict = combine([t.verdict for t in tests])
+        t.paper = on_paper.get((t.label, t.at))
+    verdict = judge(tests, tolerance)
+    if isinstance(verdict, np.ndarray):  # replications (the simulation): no words
+        return Outcome(verdict, "", tests)
+    for t in tests:
+        t.reason = _why(t)
     if len(tests) == 1:
-        reason = tests[0].reason
-    else:
-        counts = {v: sum(t.verdict == v for t in tests) for v in (HOLDS, FAILS, INCONCLUSIVE)}
-        reason = f"{len(tests)} tests: " + ", ".join(f"{n} {v}" for v, n in counts.items() if n)
-    return Outcome(verdict, reason, tests)
+        return Outcome(verdict, tests[0].reason, tests)
+    counts = ", ".join(
+        f"{n} {v}" for v in (HOLDS, FAILS, NO_DIFFERENCE, INCONCLUSIVE) if (n := sum(t.verdict == v for t in tests))
+    )
+    return Outcome(verdict, f"{len(tests)} tests (Holm over {len(tests)}): {counts}", tests)
+
+
+def _outcome(value, worst: float):
+    """A run's value; a diverged run's (non-finite) counts as ``worst``."""
+    v = np.asarray(value, dtype=float)
+    return _scalar(np.where(np.isfinite(v), v, worst))
+
+
+def _number(v) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
 def _series(data: dict, name: str, col) -> dict:
@@ -220,54 +400,46 @@ def _at(col) -> str | None:
 
 def _tests(pred: Predicate, data: dict, cols: list, paper: dict) -> list[Test]:
     out = []
-    if pred.kind == "order":
-        for left, right in zip(pred.terms, pred.terms[1:]):
-            for a in left:
-                for b in right:
-                    for col in cols:
-                        sa = _constant_or_series(data, a, col)
-                        sb = _constant_or_series(data, b, col)
-                        if sa is None or sb is None:
-                            continue
-                        per = _pair_const(sa, sb)
-                        if per:
-                            out.append(Test(f"{a} − {b}", per, pred.op, 0.0, _at(col)))
+    if pred.kind == "order":  # every pair of names in different places of the chain
+        for i, left in enumerate(pred.terms):
+            for right in pred.terms[i + 1 :]:
+                for a in left:
+                    for b in right:
+                        for col in cols:
+                            per = _pair_const(_constant_or_series(data, a, col), _constant_or_series(data, b, col))
+                            if per:
+                                out.append(Test(f"{a} − {b}", per, pred.op, 0.0, _at(col)))
     elif pred.kind in ("diff", "absdiff"):
-        f = (lambda x, y: x - y) if pred.kind == "diff" else (lambda x, y: abs(x - y))
         a, b = pred.terms
         for col in cols:
-            per = _pair(_series(data, a, col), _series(data, b, col), f)
-            if per:
-                label = f"{a} − {b}" if pred.kind == "diff" else f"|{a} − {b}|"
-                out.append(Test(label, per, pred.op, pred.bound, _at(col)))
-    elif pred.kind in ("trend", "flat"):
+            if per := _expr(data, pred.terms, col):
+                out.append(
+                    Test(f"{a} − {b}", per, "within" if pred.kind == "absdiff" else pred.op, pred.bound, _at(col))
+                )
+    elif pred.kind == "flat":  # every two swept values within ±bound of each other
+        label = " − ".join(pred.terms)
+        for i, c1 in enumerate(cols):
+            for c2 in cols[i + 1 :]:
+                if per := _pair(_expr(data, pred.terms, c1), _expr(data, pred.terms, c2), lambda x, y: x - y):
+                    out.append(Test(f"{label} difference", per, "within", pred.bound, f"{c1} − {c2}"))
+    elif pred.kind == "trend":  # per seed: the least-squares slope over the swept values times their span
         by_seed: dict = {}
         for col in cols:
             for s, v in _expr(data, pred.terms, col).items():
-                by_seed.setdefault(s, []).append((col, v))
+                by_seed.setdefault(s, []).append((_x(col), v))
         per = {}
         for s, pts in by_seed.items():
-            if len({c for c, _ in pts}) < 2:
-                continue
-            ys = np.array([v for _, v in pts], dtype=float)
-            if pred.kind == "flat":
-                per[s] = float(ys.max() - ys.min())
-            else:  # least-squares slope times the swept range: the fitted change from the first to the last value
-                xs = np.array([_x(c) for c, _ in pts], dtype=float)
+            if len(pts) >= 2:
+                xs, ys = np.array([x for x, _ in pts]), np.stack([np.asarray(v, dtype=float) for _, v in pts])
                 dx = xs - xs.mean()
-                per[s] = float((dx * (ys - ys.mean())).sum() / (dx * dx).sum() * (xs.max() - xs.min()))
-        label = " − ".join(pred.terms) + (" range" if pred.kind == "flat" else " change")
+                per[s] = _scalar(np.tensordot(dx, ys - ys.mean(0), axes=(0, 0)) / (dx @ dx) * (xs.max() - xs.min()))
         if per:
-            out.append(Test(label, per, pred.op, pred.bound))
+            out.append(Test(" − ".join(pred.terms) + " change", per, pred.op, 0.0))
     elif pred.kind == "close":
-        for row, cells in paper.items():
-            for col in cols:
-                p = cells.get(col) if isinstance(cells, dict) else cells
-                if p is None or not isinstance(p, (int, float)) or math.isnan(p):
-                    continue
-                per = {s: abs(v - p) for s, v in _series(data, row, col).items()}
-                if per:
-                    out.append(Test(f"|{row} − paper {p:g}|", per, "<", pred.bound, _at(col)))
+        for row, col in needed(pred, cols, paper):
+            p = paper[row][col]
+            if per := {s: v - p for s, v in _series(data, row, col).items()}:
+                out.append(Test(f"{row} − paper {p:g}", per, "within", pred.bound, _at(col)))
     return out
 
 
@@ -277,7 +449,7 @@ def _constant_or_series(data: dict, name: str, col):
         return _series(data, name, col)
     if _is_number(name):
         return float(name)
-    return None
+    return {}
 
 
 def _pair_const(a, b) -> dict:
@@ -290,32 +462,40 @@ def _pair_const(a, b) -> dict:
     return _pair(a, b, lambda x, y: x - y)
 
 
-def paper_data(paper: dict, cols: list) -> dict:
-    """The paper's numbers as one pseudo-seed (``0``) of ``data`` — to check that a claim's predicate is true of the
-    numbers it was transcribed from."""
+def paper_data(paper: dict, cols: list, seeds=(0,), spread: float = 0.0) -> dict:
+    """The paper's numbers as ``data``: one pseudo-seed (``0``) each, or — for ``fedbench-claims check`` — ``seeds``
+    around each number with a small deterministic ``spread`` (mean exactly the paper's)."""
     out: dict = {}
-    for row, cells in paper.items():
+    for i, (row, cells) in enumerate(paper.items()):
+        offsets = np.random.default_rng(i).permutation(len(seeds)) - (len(seeds) - 1) / 2
         for col in cols:
-            v = cells.get(col) if isinstance(cells, dict) else cells
-            if isinstance(v, (int, float)):
-                out.setdefault(row, {})[col] = {0: float(v)}
+            v = _number(cells.get(col) if isinstance(cells, dict) else cells)
+            if v is not None:
+                out.setdefault(row, {})[col] = {s: float(v + spread * o) for s, o in zip(seeds, offsets)}
     return out
 
 
 __all__ = [
+    "ALPHA",
     "HOLDS",
     "FAILS",
+    "NO_DIFFERENCE",
     "INCONCLUSIVE",
+    "NEEDS_DATA",
     "NOT_RUN",
     "NOT_COMPARABLE",
+    "POWER",
     "VERDICTS",
     "Predicate",
     "PredicateError",
     "Test",
     "Outcome",
-    "parse",
-    "decide",
-    "combine",
+    "chance",
     "evaluate",
+    "holm",
+    "judge",
+    "mde",
+    "needed",
     "paper_data",
+    "parse",
 ]

@@ -12,11 +12,31 @@ from pathlib import Path
 import numpy as np
 
 from ..report.tables import fmt
-from .predicates import FAILS, HOLDS, INCONCLUSIVE, NOT_COMPARABLE, NOT_RUN, VERDICTS
+from .predicates import (
+    ALPHA,
+    FAILS,
+    HOLDS,
+    INCONCLUSIVE,
+    NEEDS_DATA,
+    NO_DIFFERENCE,
+    NOT_COMPARABLE,
+    NOT_RUN,
+    POWER,
+    VERDICTS,
+    Test,
+)
 from .results import ClaimResult, launches, sweep_dir
 from .spec import PaperClaims
 
-STYLE = {HOLDS: "green", FAILS: "red", INCONCLUSIVE: "yellow", NOT_RUN: "dim", NOT_COMPARABLE: "dim"}
+STYLE = {
+    HOLDS: "green",
+    FAILS: "red",
+    NO_DIFFERENCE: "cyan",
+    INCONCLUSIVE: "yellow",
+    NOT_RUN: "dim",
+    NOT_COMPARABLE: "dim",
+    NEEDS_DATA: "dim",
+}
 
 
 # ---- text of one result ----------------------------------------------------------------------------------------
@@ -72,7 +92,7 @@ def ours_text(res: ClaimResult) -> str:
         return "—"
 
     def value(row, col):
-        vals = list(res.cell(row, col).values())
+        vals = _finite(res.cell(row, col).values())
         if not vals:
             return None
         return _num(np.mean(vals), res.digits) + (f" ± {_num(np.std(vals), res.digits)}" if len(vals) > 1 else "")
@@ -83,6 +103,8 @@ def ours_text(res: ClaimResult) -> str:
         text += f" (n = {ns[0]}{'–' + str(ns[-1]) if len(ns) > 1 else ''} seeds)"
     if res.status:
         text += " [" + ", ".join(f"{n} {k}" for k, n in res.status.items()) + "]"
+    if res.status.get("diverged"):
+        text += f" (a diverged run counts as {res.claim.worst:g} in the tests; the means above leave it out)"
     return text
 
 
@@ -125,7 +147,7 @@ def _trend(ax, res: ClaimResult) -> None:
     c = res.claim
     terms = c.predicate.terms
     label = " − ".join(res.label(t) for t in terms)
-    pts = [(float(col), v) for col in res.cols if (v := _expr(res, terms, col))]
+    pts = [(float(col), v) for col in res.cols if (v := _finite(_expr(res, terms, col)))]
     ax.errorbar(
         [x for x, _ in pts],
         [np.mean(v) for _, v in pts],
@@ -151,7 +173,7 @@ def _bars(ax, res: ClaimResult) -> None:
     width = 0.8 / max(1, len(rows)) if grouped else 0.7
     for i, row in enumerate(rows):
         pos = np.arange(len(cols)) + (i - (len(rows) - 1) / 2) * width if grouped else np.array([float(i)])
-        vals = [list(res.cell(row, col).values()) for col in cols]
+        vals = [_finite(res.cell(row, col).values()) for col in cols]
         ax.bar(
             pos,
             [np.mean(v) if v else np.nan for v in vals],
@@ -179,12 +201,17 @@ def _bars(ax, res: ClaimResult) -> None:
     else:
         ax.set_xticks(np.arange(len(rows)))
         ax.set_xticklabels([res.label(r) for r in rows])
-    ys = [v for r in rows for col in cols for v in res.cell(r, col).values()]
+    ys = [v for r in rows for col in cols for v in _finite(res.cell(r, col).values())]
     ys += [v for r in rows for col in cols if (v := _paper(res, r, col)) is not None]
     if ys and min(ys) > 0:
         lo, hi = min(ys), max(ys)
         pad = 0.15 * (hi - lo) + 1.0
         ax.set_ylim(max(0.0, lo - pad), hi + pad)
+
+
+def _finite(values) -> list:
+    """The values that are numbers (a diverged run's NaN is drawn as no point; the tests count it as the worst)."""
+    return [v for v in values if math.isfinite(v)]
 
 
 def _isnum(x) -> bool:
@@ -221,7 +248,7 @@ HEADER = ["claim", "paper", "fedbench (mean ± std over seeds)", "verdict", "sca
 
 def line(res: ClaimResult) -> list[str]:
     return [
-        f"{res.claim.id}: {res.claim.claim}",
+        f"{res.claim.id}: {res.claim.claim} ({said(res.claim)})",
         paper_text(res),
         ours_text(res),
         res.outcome.verdict,
@@ -254,6 +281,7 @@ CSV_FIELDS = [
     "scale",
     "claim",
     "predicate",
+    "said",
     "verdict",
     "reason",
     "test",
@@ -261,11 +289,21 @@ CSV_FIELDS = [
     "bound",
     "n",
     "mean",
-    "std",
+    "sd",
+    "lo",
+    "hi",
+    "p_holds",
+    "p_fails_holm",
+    "p_same_holm",
+    "mde",
+    "paper_gap",
+    "power",
     "per_seed",
     "test_verdict",
     "test_reason",
+    "alpha",
     "tolerance",
+    "worst",
     "paper_values",
     "fedbench",
     "runs_complete",
@@ -275,7 +313,8 @@ CSV_FIELDS = [
 
 
 def to_csv(paper: str, results: list[ClaimResult]) -> str:
-    """One line per test of each claim (a claim without tests: one line), the verdicts and the per-seed numbers."""
+    """One line per test of each claim (a claim without tests: one line): the verdicts, the test's mean, sd (n − 1),
+    (1 − 2α) interval, p-values, minimum detectable effect and the paper's gap with the power there, per-seed values."""
     buf = io.StringIO()
     w = csv.DictWriter(buf, CSV_FIELDS)
     w.writeheader()
@@ -286,9 +325,12 @@ def to_csv(paper: str, results: list[ClaimResult]) -> str:
             "scale": res.scale,
             "claim": c.id,
             "predicate": c.predicate.text,
+            "said": said(c),
             "verdict": res.outcome.verdict,
             "reason": res.outcome.reason,
+            "alpha": repr(ALPHA),
             "tolerance": repr(c.tolerance),
+            "worst": repr(c.worst),
             "paper_values": paper_text(res),
             "fedbench": ours_text(res),
             "runs_complete": res.n_complete,
@@ -301,16 +343,28 @@ def to_csv(paper: str, results: list[ClaimResult]) -> str:
                 row.update(
                     test=t.label,
                     at=t.at or "",
-                    bound=f"{t.op} {t.bound:g}",
-                    n=len(t.per_seed),
-                    mean=repr(t.mean),
-                    std=repr(t.std),
+                    bound=_bound(t),
+                    n=t.n,
+                    **{k: _repr(getattr(t, k)) for k in ("mean", "sd", "lo", "hi", "p_holds")},
+                    p_fails_holm=_repr(t.p_fails),
+                    p_same_holm=_repr(t.p_same) if t.op != "within" else "",
+                    mde=_repr(t.mde()),
+                    paper_gap=_repr(t.gap),
+                    power=_repr(t.power()),
                     test_verdict=t.verdict,
                     test_reason=t.reason,
                     per_seed=";".join(f"{s}:{v!r}" for s, v in sorted(t.per_seed.items(), key=lambda kv: str(kv[0]))),
                 )
             w.writerow(row)
     return buf.getvalue()
+
+
+def _repr(x) -> str:
+    return "" if x is None or (isinstance(x, float) and math.isnan(x)) else repr(float(x))
+
+
+def _bound(t: Test) -> str:
+    return f"within ±{t.bound:g}" if t.op == "within" else f"{t.op} {t.bound:g}"
 
 
 def _md(text: str) -> str:
@@ -325,17 +379,18 @@ def to_markdown(
     if pc.reference:
         md += [pc.reference, ""]
     md += [
-        f"Claims as data: `conf/claims/{pc.paper}.yaml`. How a verdict is reached (seed-paired rule, tolerance, "
-        "scales): [docs/claims.md](../claims.md). Generated by `fedbench-claims report` from the runs; it is not "
-        "edited by hand.",
+        f"Claims as data: `conf/claims/{pc.paper}.yaml`. How a verdict is reached (a seed-paired t-interval at "
+        f"α = {ALPHA:g} one-sided, Holm over a claim's tests, equivalence at the paper's bound, power): "
+        "[docs/claims.md](../claims.md). Generated by `fedbench-claims report` from the runs; it is not edited by "
+        "hand.",
         "",
         "## Summary",
         "",
         (
-            "| scale | claims | holds | fails | inconclusive | not run | not comparable | runs complete "
-            "| wall time of the launches |"
+            "| scale | claims | holds | fails | no difference | inconclusive | not run | not comparable | needs data "
+            "| runs complete | wall time of the launches |"
         ),
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for scale in scales:
         mine = [r for r in results if r.scale == scale]
@@ -350,10 +405,13 @@ def to_markdown(
     md += ["", "## Claims", "", "| " + " | ".join(HEADER) + " |", "|---|---|---|---|---|---:|"]
     for res in results:
         cells = [_md(x) for x in line(res)]
-        cells[0] = f"**{res.claim.id}**: {_md(res.claim.claim)}"
+        cells[0] = f"**{res.claim.id}**: {_md(res.claim.claim)} ({said(res.claim)})"
         cells[3] = f"**{cells[3]}**"
         md.append("| " + " | ".join(cells) + " |")
     md += [
+        "",
+        "(paper): the paper's own words, quoted under Details; (ours): our extension; (paper + ours): the paper's "
+        "words read with a bound or a measure of ours, said under Details.",
         "",
         "Wall time = compute time of the claim's runs (training rounds and evaluations, from their "
         "`metrics.jsonl`; start-up and data loading excluded). A run shared by several claims counts in each.",
@@ -429,11 +487,13 @@ def _details(res: ClaimResult, picture: Path | None) -> list[str]:
         c.claim,
         "",
         f"* Source: {c.source}",
+        *([f"* The paper's words: “{c.quote}”"] if c.quote else []),
+        *([f"* Ours: {c.ours}"] if c.ours else []),
         f"* Predicate: `{c.predicate.text}` on `{c.metric}`"
         + (f" over `{c.over}`" if c.over else "")
         + (f", where {', '.join(f'`{k}={v}`' for k, v in c.where.items())}" if c.where else "")
-        + f"; tolerance {c.tolerance:g}"
-        + (f", at least {res.experiment.scale.min_seeds} seeds" if res.experiment else ""),
+        + f"; tolerance τ = {c.tolerance:g}; a diverged run counts as {c.worst:g}"
+        + (f"; seeds {', '.join(map(str, res.experiment.scale.seeds))}" if res.experiment else ""),
         f"* Verdict: **{res.outcome.verdict}** — {res.outcome.reason}",
         f"* Runs: {res.n_complete} of {res.n_runs} complete"
         + (f" (experiment `{c.experiment}`)" if res.experiment else ""),
@@ -447,22 +507,52 @@ def _details(res: ClaimResult, picture: Path | None) -> list[str]:
                 else ""
             )
         )
+    for (row, col), choice in res.tuned.items():
+        md.append(
+            f"* {res.label(row)}{'' if col is None else f' at {_key(res)} = {col}'}: the paper's grid, chosen on the "
+            f"tuning seeds {', '.join(map(str, res.experiment.scale.tune_seeds))} (never on the judged ones): "
+            + (choice.describe() if choice.chosen is not None else "not all tuning runs are in")
+        )
     if c.note:
         md.append(f"* Note: {c.note}")
     if res.outcome.tests:
-        md += ["", "| test | at | per seed | mean ± std | verdict |", "|---|---|---|---:|---|"]
-        for t in res.outcome.tests:
-            per = ", ".join(
-                f"{s}: {fmt(v, res.digits, sign=True)}"
-                for s, v in sorted(t.per_seed.items(), key=lambda kv: str(kv[0]))
-            )
-            md.append(
-                f"| {_md(t.label)} {t.op} {t.bound:g} | {t.at or ''} | {per} | "
-                f"{fmt(t.mean, res.digits, sign=True)} ± {fmt(t.std, res.digits)} | {t.verdict} |"
-            )
+        md += ["", *test_table(res)]
     if picture is not None:
         md += ["", f"![{c.id} ({res.scale})]({picture.parent.name}/{picture.name})"]
     return md + [""]
+
+
+def test_table(res: ClaimResult) -> list[str]:
+    """One row per test: the per-seed values, the mean with its (1 − 2α) interval, the p-value of the claimed side,
+    n, the minimum detectable effect (power POWER at the observed sd) next to the paper's gap and the power there."""
+    d = res.digits
+    level = f"{100 * (1 - 2 * ALPHA):g} %"
+    md = [
+        f"| test | at | per seed | n | mean [{level} interval] | p | detects (power {100 * POWER:g} %) | "
+        "paper's gap | power at the paper's gap | verdict |",
+        "|---|---|---|---:|---|---:|---:|---:|---:|---|",
+    ]
+    for t in res.outcome.tests:
+        per = ", ".join(
+            f"{s}: {fmt(v, d, sign=True)}" for s, v in sorted(t.per_seed.items(), key=lambda kv: str(kv[0]))
+        )
+        interval = f" [{fmt(t.lo, d, sign=True)}, {fmt(t.hi, d, sign=True)}]" if t.n > 1 else ""
+        power = t.power()
+        md.append(
+            f"| {_md(_shown_test(t))} | {t.at or ''} | {per} | {t.n} | {fmt(t.mean, d, sign=True)}{interval} | "
+            f"{t.p_holds:.2g} | {_num(t.mde(), d)} | {_num(t.gap, d)} | "
+            f"{'' if power is None else f'{100 * power:.0f} %'} | {t.verdict} |"
+        )
+    return md
+
+
+def said(c) -> str:
+    """Whose claim: the paper's words, ours, or the paper's words read with a bound of ours."""
+    return "paper + ours" if c.quote and c.ours else "paper" if c.quote else "ours"
+
+
+def _shown_test(t: Test) -> str:
+    return f"|{t.label}| < {t.bound:g}" if t.op == "within" else f"{t.label} {t.op} {t.bound:g}"
 
 
 # ---- W&B -------------------------------------------------------------------------------------------------------
@@ -504,6 +594,7 @@ __all__ = [
     "picture_name",
     "plot",
     "print_rich",
+    "test_table",
     "to_csv",
     "to_markdown",
 ]

@@ -4,15 +4,18 @@ seeds (fedbench/report's ``Report``), and the predicate evaluated seed-paired on
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 from omegaconf import OmegaConf
 
+from ..report.grid import GridChoice
 from ..report.runs import RunRecord, _number, canon, collect, missing_run
 from ..report.tables import Report, Table
-from .predicates import NOT_COMPARABLE, NOT_RUN, Outcome, evaluate
+from .predicates import NEEDS_DATA, NOT_COMPARABLE, NOT_RUN, Outcome, evaluate
 from .spec import Claim, Experiment, PaperClaims
 
 LAUNCHES = "claims_launches.jsonl"  # one line per `fedbench-claims run` launch of an experiment (time, commit, machine)
@@ -162,6 +165,9 @@ class ClaimResult:
     adopted: dict = field(default_factory=dict)  # run dir name -> keys it lacks (runs matched by their config)
     digits: int = 2
     unit: str = ""
+    tuned: dict = field(
+        default_factory=dict
+    )  # {(row, col): GridChoice}: a tuned row's grid value, chosen on tune seeds
 
     @property
     def rows(self) -> list[str]:
@@ -200,12 +206,11 @@ def evaluate_claim(pc: PaperClaims, claim: Claim, runset: RunSet) -> ClaimResult
     exp = pc.experiment(claim, scale)
     if exp is None:
         verdict = NOT_COMPARABLE if claim.predicate.kind == "close" and scale != "paper" else NOT_RUN
-        return ClaimResult(
-            claim,
-            scale,
-            Outcome(verdict, f"no {scale}-scale setting of experiment '{claim.experiment}'"),
-            labels=labels(pc, claim),
-        )
+        reason = f"no {scale}-scale setting of experiment '{claim.experiment}'"
+        needs = [e for e in pc.experiments[claim.experiment].values() if e.needs]
+        if needs and verdict == NOT_RUN:
+            verdict, reason = NEEDS_DATA, needs_data(pc, needs[0])
+        return ClaimResult(claim, scale, Outcome(verdict, reason), labels=labels(pc, claim))
     runs = [r for r in runset.runs(exp) if all(canon(r.key(k)) == v for k, v in claim.where.items())]
     spec = {
         "paper": pc.paper,
@@ -226,43 +231,117 @@ def evaluate_claim(pc: PaperClaims, claim: Claim, runset: RunSet) -> ClaimResult
         cols=[c.key for c in rep.columns] if claim.over else [None],
         labels=labels(pc, claim),
     )
-    for row in rep.row_keys:
-        for col in rep.columns:
-            cell = rep.cells[(row, col.key)]
-            res.data.setdefault(row, {})[col.key if claim.over else None] = dict(zip(cell.seeds, cell.values))
     res.digits = max(rep.digits.values(), default=2)
     res.unit = "%" if rep.table.percent("value") else ""
-    named = set(res.rows) or set(rep.row_keys)
-    used = [
-        r
-        for r in runs
-        if canon(r.key(claim.by)) in named
-        and (not claim.over or canon(r.key(claim.over)) in {c.key for c in rep.columns})
-    ]
+    named, columns = set(res.rows) or set(rep.row_keys), {c.key: c for c in rep.columns}
+    scale_by = 100.0 if res.unit else 1.0
+    for row, key in claim.tune.items():
+        for col in res.cols:
+            pool = [
+                r for r in runs if canon(r.key(claim.by)) == row and (col is None or canon(r.key(claim.over)) == col)
+            ]
+            res.tuned[(row, col)] = tune(
+                [r for r in pool if r.seed in exp.scale.tune_seeds],
+                key,
+                claim,
+                lambda r, col=col: run_value(rep, r, columns.get(col) or rep.columns[0]),
+                scale_by,
+            )
+    used = []
+    for r in runs:
+        row, col = canon(r.key(claim.by)), canon(r.key(claim.over)) if claim.over else None
+        if row not in named or (claim.over and col not in columns):
+            continue
+        used.append(r)
+        if (choice := res.tuned.get((row, col))) is not None and (
+            r.seed not in exp.scale.seeds or choice.chosen is None or canon(r.key(choice.key)) != choice.chosen
+        ):
+            continue  # a tuned row: only its chosen grid value's runs at the judged seeds are judged
+        v = run_value(rep, r, columns.get(col) or rep.columns[0])
+        if isinstance(v, float):
+            res.data.setdefault(row, {}).setdefault(col, {})[r.seed] = scale_by * v
+        else:
+            res.status[v] += 1
+        if r.status == "diverged" or (isinstance(v, float) and not math.isfinite(v)):
+            res.status["diverged"] += 1
     res.n_runs, res.n_complete = len(used), sum(r.status == "complete" for r in used)
     res.run_ids = {frozenset(r.overrides.items()): r.status == "complete" for r in used}
     res.seconds = sum(run_seconds(r) for r in used if r.status == "complete")
     res.adopted = {r.path.name: r.lacking for r in used if r.job is not None}
-    for (row, _), cell in rep.cells.items():
-        if row in named:
-            res.status.update(cell.other)
     paper = {row: {None: v} if not isinstance(v, dict) else v for row, v in claim.paper.items()}
     res.outcome = evaluate(
         claim.predicate,
         res.data,
         res.cols,
+        exp.scale.seeds,
         claim.tolerance,
-        exp.scale.min_seeds,
+        claim.worst,
         paper=paper,
         paper_scale=scale == "paper",
     )
-    if res.outcome.verdict == NOT_RUN and res.n_runs:
-        res.outcome.reason = f"{res.n_complete} of {res.n_runs} runs complete" + _why(res.status)
+    if res.outcome.verdict == NOT_RUN and exp.needs and not res.data:
+        res.outcome = Outcome(NEEDS_DATA, needs_data(pc, exp))
+    elif res.outcome.verdict == NOT_RUN and res.n_runs:
+        res.outcome.reason += _why(res.status)
+        if any(c.chosen is None for c in res.tuned.values()):
+            res.outcome.reason += (
+                "; the tuning runs (seeds " + ", ".join(map(str, exp.scale.tune_seeds)) + ") are not all in"
+            )
     return res
+
+
+def tune(runs: list[RunRecord], key: str, claim: Claim, value, scale: float = 1.0) -> GridChoice:
+    """A tuned row's grid value (FedKA's β): the one whose mean over the tuning seeds' runs is highest (a tuned metric
+    is one where higher is better: accuracy, speedup), a diverged run counting as the claim's worst value; none unless
+    every grid value has every tuning seed's run. The judged seeds never take part, so the choice does not bias their
+    test. ``value(run)`` is :func:`run_value`; ``scale`` turns it into displayed units (×100 for a percentage)."""
+    choice = GridChoice(key, claim.metric)
+    by_value: dict = {}
+    for r in runs:
+        by_value.setdefault(canon(r.key(key)), []).append(value(r))
+    if not runs or any(not isinstance(v, float) for vs in by_value.values() for v in vs):
+        return choice
+    for g, vs in sorted(by_value.items(), key=lambda kv: float(kv[0])):
+        choice.scores[g] = float(np.mean([scale * v if math.isfinite(v) else claim.worst for v in vs]))
+    choice.chosen = max(choice.scores, key=choice.scores.get)
+    return choice
+
+
+def needs_data(pc: PaperClaims, exp: Experiment) -> str:
+    """Why a claim has no verdict here, and the command that gives it one on a machine with the data."""
+    s = exp.scale.name
+    return (
+        f"{exp.needs} is not on this machine: on one that has it, `fedbench-claims run {pc.paper} --scale {s} "
+        f"data_root=<its data folder>` then `fedbench-claims report {pc.paper} --scale {s}` (the runs: "
+        f"`{exp.command()}`)"
+    )
+
+
+def run_value(rep: Report, run: RunRecord, col) -> float | str:
+    """A run's value in a claim's table: its metric (a float); NaN when it diverged (status ``diverged``, or a
+    non-finite metric) or never reached a speed claim's target — outcomes the rule counts as the claim's worst value;
+    or why it has none (its status: failed, running, preempted, missing; or ``no value``)."""
+    if run.status == "diverged":
+        return math.nan
+    if run.status != "complete":
+        return run.status
+    v = rep.value(run, rep.table.metrics["value"], col)
+    return math.nan if v in ("non-finite", "never") else v
 
 
 def _why(status: Counter) -> str:
     return (" (" + ", ".join(f"{n} {k}" for k, n in status.items()) + ")") if status else ""
 
 
-__all__ = ["LAUNCHES", "RunSet", "ClaimResult", "evaluate_claim", "launches", "run_seconds", "sweep_dir"]
+__all__ = [
+    "LAUNCHES",
+    "RunSet",
+    "ClaimResult",
+    "evaluate_claim",
+    "launches",
+    "needs_data",
+    "run_seconds",
+    "run_value",
+    "sweep_dir",
+    "tune",
+]

@@ -18,12 +18,15 @@ from .predicates import Predicate, PredicateError, _is_number, parse
 
 SCALES = ("paper", "cpu", "smoke")
 TOP_FIELDS = {"paper", "title", "reference", "defaults", "scales", "experiments", "claims"}
-SCALE_FIELDS = {"note", "seeds", "overrides", "min_seeds"}
-EXPERIMENT_FIELDS = {"experiment", "overrides", "sweep"}
+SCALE_FIELDS = {"note", "seeds", "tune_seeds", "overrides"}
+EXPERIMENT_FIELDS = {"experiment", "overrides", "sweep", "needs"}
 CLAIM_FIELDS = {
     "id",
     "claim",
     "source",
+    "quote",
+    "ours",
+    "tune",
     "experiment",
     "metric",
     "holds_if",
@@ -34,9 +37,14 @@ CLAIM_FIELDS = {
     "tolerance",
     "percent",
     "target",
+    "worst",
     "note",
 }
-DEFAULTS = {"tolerance": 0.5, "min_seeds": 3, "percent": True, "by": "choice:algorithm"}
+# tolerance: τ, the smallest effect that matters (displayed units: accuracy points), below which a difference is "no
+# difference"; worst: the value a diverged run counts as (default: 0 for a percentage, e.g. accuracy; other metrics
+# must say)
+DEFAULTS = {"tolerance": 0.5, "percent": True, "by": "choice:algorithm"}
+SPREAD = 0.05  # check(): the paper's numbers as 5 seeds, this far apart (displayed units)
 STATS = ("best", "final", "last", "best_round")
 
 
@@ -50,7 +58,7 @@ class Scale:
     note: str
     seeds: list
     overrides: list
-    min_seeds: int
+    tune_seeds: list = field(default_factory=list)  # the seeds a tuned method's grid value is chosen on (never judged)
 
 
 @dataclass
@@ -62,6 +70,12 @@ class Experiment:
     experiment: str | None
     overrides: list
     sweep: dict
+    tuned: bool = False  # a claim on it tunes a method over a grid: it also runs the scale's tune_seeds
+    needs: str = ""  # data this machine lacks (its claims are "needs data" until runs exist)
+
+    @property
+    def seeds(self) -> list:
+        return self.scale.seeds + (self.scale.tune_seeds if self.tuned else [])
 
     def args(self) -> list[str]:
         """Its overrides: the scale's, then the experiment's, then the sweep and the seeds (a later key replaces an
@@ -72,7 +86,7 @@ class Experiment:
             + list(self.scale.overrides)
             + list(self.overrides)
             + [f"{k}={_csv(v)}" for k, v in self.sweep.items()]
-            + [f"seed={_csv(self.scale.seeds)}"]
+            + [f"seed={_csv(self.seeds)}"]
         )
         for item in items:
             merged[_key(item)] = item
@@ -127,8 +141,12 @@ class Claim:
     where: dict  # {key: canonical value}
     tolerance: float
     percent: bool
+    worst: float  # the value a diverged run counts as
     target: dict | None = None  # rounds_to_target / speedup (fedbench/report)
     note: str = ""
+    quote: str = ""  # the paper's own words (``source`` says where)
+    ours: str = ""  # what is ours: the whole claim, or a bound or reading of the paper's words
+    tune: dict = field(default_factory=dict)  # {row: grid key}: the row at its best grid value on the tune seeds
 
 
 @dataclass
@@ -205,6 +223,7 @@ def load_file(path: Path) -> PaperClaims:
                 (e or {}).get("experiment"),
                 [str(o) for o in (e or {}).get("overrides") or []],
                 sweep,
+                needs=str((e or {}).get("needs", "")),
             )
     pc = PaperClaims(paper, str(node.get("title", paper)), str(node.get("reference", "")), path, scales, experiments)
     seen = set()
@@ -214,6 +233,13 @@ def load_file(path: Path) -> PaperClaims:
             raise ClaimsError(f"{where}: claims[{i}]: id {claim.id!r} used twice")
         seen.add(claim.id)
         pc.claims.append(claim)
+        for exp in experiments[claim.experiment].values() if claim.tune else ():
+            if not exp.scale.tune_seeds:
+                raise ClaimsError(
+                    f"{where}: claims[{i}] ({claim.id}): tune needs the {exp.scale.name} scale's tune_seeds (the seeds "
+                    "the grid value is chosen on; the judged seeds never choose it)"
+                )
+            exp.tuned = True
     return pc
 
 
@@ -230,12 +256,15 @@ def _scale(name: str, s: dict, defaults: dict, where: str) -> Scale:
     seeds = (s or {}).get("seeds")
     if not isinstance(seeds, list) or not seeds or not all(isinstance(x, int) and x >= 0 for x in seeds):
         raise ClaimsError(f"{where}.seeds: {seeds!r} — a non-empty list of integers >= 0")
+    tune = (s or {}).get("tune_seeds") or []
+    if not all(isinstance(x, int) and x >= 0 and x not in seeds for x in tune):
+        raise ClaimsError(f"{where}.tune_seeds: {tune!r} — integers >= 0, none of them a judged seed")
     return Scale(
         name,
         str((s or {}).get("note", "")).strip(),
         seeds,
         [str(o) for o in (s or {}).get("overrides") or []],
-        int((s or {}).get("min_seeds", defaults["min_seeds"])),
+        list(tune),
     )
 
 
@@ -264,6 +293,20 @@ def _claim(c: dict, defaults: dict, experiments: dict, where: str) -> Claim:
     tol = c.get("tolerance", defaults["tolerance"])
     if isinstance(tol, bool) or not isinstance(tol, (int, float)) or tol < 0:
         raise ClaimsError(f"{where}: tolerance: {tol!r} — a number >= 0")
+    if not (c.get("quote") or c.get("ours")):
+        raise ClaimsError(
+            f"{where}: say whose claim it is — 'quote:' (the paper's words; 'source:' says where) and/or 'ours:' "
+            "(what is our extension: the claim, or its bound)"
+        )
+    tune = {canon(k): str(v) for k, v in (c.get("tune") or {}).items()}
+    if any(row not in map(canon, pred.names) for row in tune):
+        raise ClaimsError(f"{where}: tune: a tuned row must be a name of the predicate ({pred.text!r})")
+    percent = bool(c.get("percent", defaults["percent"]))
+    worst = c.get("worst", 0.0 if percent else None)
+    if isinstance(worst, bool) or not isinstance(worst, (int, float)):
+        raise ClaimsError(
+            f"{where}: worst: {worst!r} — the value a diverged run counts as (a number; needed when percent is false)"
+        )
     return Claim(
         str(c["id"]),
         " ".join(str(c["claim"]).split()),
@@ -276,9 +319,13 @@ def _claim(c: dict, defaults: dict, experiments: dict, where: str) -> Claim:
         str(over) if over else None,
         {str(k): canon(v) for k, v in (c.get("where") or {}).items()},
         float(tol),
-        bool(c.get("percent", defaults["percent"])),
+        percent,
+        float(worst),
         c.get("target"),
         " ".join(str(c.get("note", "")).split()),
+        " ".join(str(c.get("quote", "")).split()),
+        " ".join(str(c.get("ours", "")).split()),
+        tune,
     )
 
 
@@ -368,9 +415,9 @@ def check(pc: PaperClaims) -> list[str]:
     """Everything that can be wrong before a run, one line each: every experiment composes at every scale (its first
     job, Hydra's compose API) and passes fedbench's config checks, its other swept values are options or keys that
     exist (``fedbench`` composes each before it runs anything); each claim's names are values its runs take, its
-    ``over`` key varies and its ``where`` values occur; and its predicate is true of the paper's own numbers."""
+    ``over`` key varies and its ``where`` values occur; and the rule finds it true of the paper's own numbers
+    (:func:`paper_problems`)."""
     from ..cli import GROUPS, options
-    from .predicates import HOLDS, evaluate, paper_data
 
     problems, options_of = [], {g: set(options(g)) for g in GROUPS}
     with hydra_context():
@@ -378,18 +425,35 @@ def check(pc: PaperClaims) -> list[str]:
             for scale, exp in per_scale.items():
                 problems += _check_experiment(pc, name, scale, exp, options_of)
     for c in pc.claims:
-        if c.paper and c.predicate.kind != "close":
-            cols = (
-                [None]
-                if not c.over
-                else list(dict.fromkeys(k for v in c.paper.values() if isinstance(v, dict) for k in v))
+        problems += paper_problems(pc, c)
+    return problems
+
+
+def paper_problems(pc: PaperClaims, c: Claim) -> list[str]:
+    """The claim judged by the rule itself (its tolerance, α, Holm) on the paper's own numbers, taken as 5 seeds
+    ``SPREAD`` apart: it must hold — a bound read on the wrong side, or a predicate that contradicts its own numbers,
+    shows here. And each directional test's gap on the paper's numbers must exceed the tolerance τ: a claim whose
+    paper effect is within τ would call the paper's own effect negligible."""
+    from .predicates import HOLDS, evaluate, paper_data
+
+    if not c.paper:
+        return []
+    cols = [None] if not c.over else list(dict.fromkeys(k for v in c.paper.values() if isinstance(v, dict) for k in v))
+    paper = {row: v if isinstance(v, dict) else {None: v} for row, v in c.paper.items()}
+    seeds = list(range(5))
+    out = evaluate(c.predicate, paper_data(paper, cols, seeds, SPREAD), cols, seeds, c.tolerance, c.worst, paper)
+    where = f"{pc.path.name}: {c.id}"
+    problems = (
+        []
+        if out.verdict == HOLDS
+        else [f"{where}: '{c.predicate.text}' is {out.verdict} on the paper's own numbers ({out.reason})"]
+    )
+    for t in out.tests:
+        if t.op != "within" and t.gap is not None and t.gap <= c.tolerance:
+            problems.append(
+                f"{where}: {t.label}{f' at {t.at}' if t.at else ''}: the paper's gap {t.gap:.3g} is within the "
+                f"tolerance {c.tolerance:g} (give the claim a smaller tolerance)"
             )
-            out = evaluate(c.predicate, paper_data(c.paper, cols), cols, tolerance=0.0, min_seeds=1)
-            if out.verdict != HOLDS:
-                problems.append(
-                    f"{pc.path.name}: {c.id}: '{c.predicate.text}' is {out.verdict} on the paper's own "
-                    f"numbers ({out.reason})"
-                )
     return problems
 
 
@@ -428,7 +492,7 @@ def _check_experiment(pc: PaperClaims, name: str, scale: str, exp: Experiment, o
             if canon(n) not in rows and not (c.predicate.kind == "order" and _is_number(n)):
                 problems.append(f"{where}: '{n}' is not a value of {c.by} in its runs ({', '.join(sorted(rows))})")
         problems += [f"{where}: paper row '{n}' is not a value of {c.by} in its runs" for n in c.paper if n not in rows]
-        if c.predicate.needs_sweep and len(key_values(jobs, cfg, c.over)) < 2:
+        if c.predicate.needs_sweep and len(key_values(jobs, cfg, c.over, exp)) < 2:
             problems.append(f"{where}: over: {c.over} takes fewer than 2 values in its runs (a trend needs 2 or more)")
         for k, v in c.where.items():
             if v not in (have := key_values(jobs, cfg, k)):
@@ -445,6 +509,7 @@ __all__ = [
     "PaperClaims",
     "check",
     "claims_dir",
+    "paper_problems",
     "key_values",
     "papers",
     "load",

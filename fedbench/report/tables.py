@@ -3,6 +3,7 @@ the paper's numbers, and number formatting."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -317,7 +318,8 @@ class Report:
         return cell
 
     def value(self, run: RunRecord, path: str, col: Column):
-        """A run's number for a metric path, or why there is none (``no value``, ``never``, ``no target``)."""
+        """A run's number for a metric path, or why there is none (``no value``, ``non-finite``, ``never``,
+        ``no target``)."""
         if path in DERIVED:
             return self._to_target(run, path, col)
         if "@" in path:  # <metric>@<round>: the value logged at that round; <metric>@mean: mean over rounds
@@ -326,7 +328,7 @@ class Report:
                 pts = [x for _, x in run.series(name)]
                 v = float(np.mean(pts)) if pts else None
             else:
-                v = _number(run.rounds().get(int(at), {}).get(name))
+                v = run.rounds().get(int(at), {}).get(name)
         else:
             s = run.summary
             v = s.get(path)
@@ -334,7 +336,9 @@ class Report:
                 name, stat = path.rsplit(".", 1)
                 node = s.get("metrics", {}).get(name, s.get(name))
                 v = node.get(stat) if isinstance(node, dict) else None
-            v = _number(v)
+        if isinstance(v, float) and not math.isfinite(v):
+            return "non-finite"  # (a diverged value: the claims count it as an outcome)
+        v = _number(v)
         return "no value" if v is None else v
 
     def _to_target(self, run: RunRecord, path: str, col: Column):

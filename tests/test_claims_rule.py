@@ -1,0 +1,350 @@
+"""The claims' decision rule (fedbench/claims/predicates.py, docs/claims.md): the seed-paired t-interval by hand,
+each bound on its own side, equivalence (TOST) at the paper's bound, "no difference" within ±τ, Holm over a claim's
+tests, chains tested pair by pair, diverged runs as the worst value, the completeness guard; then the rule simulated
+with the committed pages' own seed-to-seed sds — its error rates and the power and minimum detectable effect the pages
+print — and the paper's own numbers, fed as seeds, holding for every claim."""
+
+from __future__ import annotations
+
+import csv
+import math
+
+import numpy as np
+import pytest
+from conftest import REPO
+from scipy import stats
+from scipy.optimize import brentq
+
+from fedbench.claims.predicates import (
+    ALPHA,
+    FAILS,
+    HOLDS,
+    INCONCLUSIVE,
+    NO_DIFFERENCE,
+    NOT_RUN,
+    POWER,
+    chance,
+    evaluate,
+    holm,
+    mde,
+    paper_data,
+    parse,
+)
+from fedbench.claims.spec import load, paper_problems, papers
+
+SEEDS = [0, 1, 2, 3, 4]
+T95_4 = 2.131846786  # t quantile 0.95 at 4 df (tables); the two-sided 95 % one would be 2.776445105
+T95_2 = 2.919985580  # 0.95 at 2 df
+
+
+def judge(text, data, cols=(None,), seeds=SEEDS, tolerance=0.5, worst=0.0, paper=None):
+    return evaluate(parse(text), data, list(cols), list(seeds), tolerance, worst, paper=paper)
+
+
+def rows(**series) -> dict:
+    """``a=[...]`` -> {"a": {None: {0: .., 1: .., ...}}}: one value per seed of SEEDS."""
+    return {k: {None: dict(zip(SEEDS, v))} for k, v in series.items()}
+
+
+# ---- the interval by hand --------------------------------------------------------------------------------------------
+
+# five paired margins: mean 1.3, sum of squared deviations 9.3, sd = sqrt(9.3 / 4) = 1.52480, se = sd / sqrt(5)
+Q = [2.0, 0.5, 3.5, 1.0, -0.5]
+SE = math.sqrt(9.3 / 4 / 5)
+
+
+def test_the_interval_of_five_margins_by_hand():
+    """mean ± t(0.95, 4 df)·se = 1.3 ± 2.1318·0.68191 = [−0.1537, +2.7537]; p of "q > 0" = P(T4 > 1.3/0.68191 =
+    1.9064) = 0.0646 (tables). The one-sided 95 % bound is below 0: inconclusive; above −0.2: "q > −0.2" holds (a
+    two-sided 95 % interval, 1.3 − 2.7764·0.68191 = −0.593, would not)."""
+    out = judge("a > b", rows(a=[x + 10 for x in Q], b=[10.0] * 5))
+    [t] = out.tests
+    assert (t.n, t.mean, t.sd) == (5, pytest.approx(1.3), pytest.approx(math.sqrt(9.3 / 4)))
+    assert (t.lo, t.hi) == (pytest.approx(1.3 - T95_4 * SE), pytest.approx(1.3 + T95_4 * SE))
+    assert t.lo == pytest.approx(-0.15373, abs=1e-5) and t.p_holds == pytest.approx(0.06464, abs=1e-5)
+    assert out.verdict == INCONCLUSIVE
+    assert judge("a - b > -0.2", rows(a=Q, b=[0.0] * 5)).verdict == HOLDS  # −0.154 > −0.2: one-sided, not two-sided
+    assert judge("a - b > -0.1", rows(a=Q, b=[0.0] * 5)).verdict == INCONCLUSIVE
+    # the other side: hi = 2.7537, so q < 2.8 holds and q < 2.7 does not; flipping the sign flips the verdicts
+    assert judge("a - b < 2.8", rows(a=Q, b=[0.0] * 5)).verdict == HOLDS
+    assert judge("a - b < 2.7", rows(a=Q, b=[0.0] * 5)).verdict == INCONCLUSIVE
+    assert judge("b - a > -2.8", rows(a=Q, b=[0.0] * 5)).verdict == HOLDS
+    # fails: the one-sided bound on the other side — q > 2.8 fails (hi 2.7537 < 2.8), q > 2.7 does not
+    assert judge("a - b > 2.8", rows(a=Q, b=[0.0] * 5)).verdict == FAILS
+    assert judge("a - b > 2.7", rows(a=Q, b=[0.0] * 5)).verdict == INCONCLUSIVE
+
+
+def test_seeds_pair_by_seed_not_by_position():
+    """FedReMa's seeds arrive in another order than FedAvg's; paired by seed the differences are 0.5, 1.2, 1.0
+    (mean 0.9, sd 0.361, lo = 0.9 − 2.92·0.208 = 0.29: holds), by position −19, 10.5, 11.2 (inconclusive). A seed
+    outside the scale's seeds is not read."""
+    data = {"fedrema": {None: {0: 10.0, 1: 20.0, 2: 30.0, 3: 0.0}}, "fedavg": {None: {2: 29.0, 0: 9.5, 1: 18.8}}}
+    out = judge("fedrema > fedavg", data, seeds=[0, 1, 2])
+    assert out.tests[0].per_seed == pytest.approx({0: 0.5, 1: 1.2, 2: 1.0}) and out.verdict == HOLDS
+    assert out.tests[0].lo == pytest.approx(0.9 - T95_2 * np.std([0.5, 1.2, 1.0], ddof=1) / math.sqrt(3))
+
+
+# ---- equivalence: each bound on its own side ---------------------------------------------------------------------
+
+
+def test_within_is_tost_at_the_papers_own_bound():
+    """|a − b| < 2.5 with differences 1.9, 2.1, 2.0, 2.2, 1.8 (mean 2.0, sd 0.158, interval 2.0 ± 0.151 =
+    [1.849, 2.151]): inside ±2.5 — holds; judged against 2.5 − 0.5 it would not be. Mirrored (−2.0) it holds too;
+    within ±2.1 it is inconclusive; within ±1.8 (below the interval's α/2 end, 2.0 − 2.776·0.0707 = 1.804) it fails,
+    but not within ±1.81, which only the one-sided α bound (1.849) clears: each side of a within test fails at α/2."""
+    d = [1.9, 2.1, 2.0, 2.2, 1.8]
+    data = rows(a=[60 + x for x in d], b=[60.0] * 5)
+    flipped = rows(a=[60.0] * 5, b=[60 + x for x in d])
+    assert judge("|a - b| < 2.5", data).verdict == HOLDS
+    assert judge("|a - b| < 2.5", flipped).verdict == HOLDS
+    [t] = judge("|a - b| < 2.5", data).tests
+    assert (t.lo, t.hi) == (pytest.approx(2.0 - T95_4 * 0.0707107, abs=1e-6), pytest.approx(2.0 + T95_4 * 0.0707107))
+    assert judge("|a - b| < 2.1", data).verdict == INCONCLUSIVE
+    assert judge("|a - b| < 1.8", data).verdict == FAILS and judge("|a - b| < 1.8", flipped).verdict == FAILS
+    assert judge("|a - b| < 1.81", data).verdict == INCONCLUSIVE
+
+
+def test_flat_within_tests_every_two_swept_values_at_the_bound():
+    """FedReMa's δ: "flat within 2.5" is |y(δ1) − y(δ2)| < 2.5 for every two δ. Seeds around the paper's 63.36,
+    65.40, 65.06 (range 2.04): every pair inside ±2.5 — holds (the old rule, range < 2.5 − 0.5, called it
+    inconclusive). Raise δ = 0.5 by 1.5 (range 3.54): the pair 0.1 − 0.5 fails, the others hold."""
+    jitter = [0.1, -0.1, 0.05, -0.05, 0.0]
+    paper = {"0.1": 63.36, "0.5": 65.40, "0.9": 65.06}
+    data = {
+        "fedrema": {c: {s: v + j * (i + 1) for s, j in zip(SEEDS, jitter)} for i, (c, v) in enumerate(paper.items())}
+    }
+    out = judge("fedrema flat within 2.5", data, cols=list(paper))
+    assert [t.at for t in out.tests] == ["0.1 − 0.5", "0.1 − 0.9", "0.5 − 0.9"] and out.verdict == HOLDS
+    data["fedrema"]["0.5"] = {s: v + 1.5 for s, v in data["fedrema"]["0.5"].items()}
+    out = judge("fedrema flat within 2.5", data, cols=list(paper))
+    assert [t.verdict for t in out.tests] == [FAILS, HOLDS, HOLDS] and out.verdict == FAILS  # 0.5 − 0.9: 1.84
+
+
+# ---- no difference, Holm -------------------------------------------------------------------------------------------
+
+
+def test_no_difference_is_an_interval_within_tolerance_of_the_bound():
+    """Differences 0.1, −0.1, 0.05, −0.05, 0.2 (mean 0.04, interval ±0.131): within ±0.5 of 0 — no difference; with
+    τ = 0.1 the interval (−0.091, 0.171) reaches past 0.1 — inconclusive. Against a bound of 3 (q − 3 within ±0.5)
+    the same holds for values near 3."""
+    d = [0.1, -0.1, 0.05, -0.05, 0.2]
+    assert judge("a > b", rows(a=[50 + x for x in d], b=[50.0] * 5)).verdict == NO_DIFFERENCE
+    assert judge("a > b", rows(a=[50 + x for x in d], b=[50.0] * 5), tolerance=0.1).verdict == INCONCLUSIVE
+    assert judge("a - b > 3", rows(a=[53 + x for x in d], b=[50.0] * 5)).verdict == NO_DIFFERENCE
+    assert judge("|a - b| < 3", rows(a=[53 + x for x in d], b=[50.0] * 5)).verdict == INCONCLUSIVE  # no τ in within
+
+
+def test_holm_adjusts_fails_over_a_claims_tests():
+    """Holm by hand for p = 0.03, 0.01, 0.04: sorted 0.01·3 = 0.03, 0.03·2 = 0.06, 0.04·1 → max(0.06, 0.04) = 0.06.
+    In a claim: "a > c" alone with a − c = −0.2, −0.5, 0.1, −0.6, −0.3 (mean −0.3, sd 0.27386, t = −2.4495,
+    p = P(T4 < −2.4495) = 0.0352) fails; inside "a > b, c", where a − b clearly holds, Holm doubles it to 0.0705 —
+    inconclusive. "holds" needs no adjustment (every test must hold): a − b holds in both."""
+    assert holm(np.array([0.03, 0.01, 0.04])) == pytest.approx([0.06, 0.03, 0.06])
+    np.testing.assert_allclose(holm(np.array([[0.03, 0.5], [0.01, 0.2]])), [[0.03, 0.5], [0.02, 0.4]])  # 2 families
+    c = [60.0, 61.0, 59.5, 60.5, 62.0]
+    a = [x + d for x, d in zip(c, [-0.2, -0.5, 0.1, -0.6, -0.3])]
+    b = [x - 3 for x in c]
+    alone = judge("a > c", rows(a=a, c=c), tolerance=0.1)
+    assert alone.tests[0].p_fails == pytest.approx(0.035242, abs=1e-5) and alone.verdict == FAILS
+    pair = judge("a > b, c", rows(a=a, b=b, c=c), tolerance=0.1)
+    assert [t.verdict for t in pair.tests] == [HOLDS, INCONCLUSIVE] and pair.verdict == INCONCLUSIVE
+    assert pair.tests[1].p_fails == pytest.approx(2 * 0.035242, abs=2e-5)
+
+
+def test_a_chain_tests_every_pair():
+    """A > B > C with A − B = B − C = −0.3 + e (e = 1, −1, 0.5, −0.5, 0 for A − B and −e for B − C: each pair's
+    interval −0.3 ± 0.754 straddles 0) but A − C = −0.6 on every seed: only the pair the old rule skipped fails."""
+    e = [1.0, -1.0, 0.5, -0.5, 0.0]
+    c = [50.0, 51.0, 49.0, 50.5, 52.0]
+    b = [x - 0.3 - y for x, y in zip(c, e)]  # B − C = −0.3 − e
+    a = [x - 0.3 + y for x, y in zip(b, e)]  # A − B = −0.3 + e
+    out = judge("a > b > c", rows(a=a, b=b, c=c))
+    assert [(t.label, t.verdict) for t in out.tests] == [
+        ("a − b", INCONCLUSIVE),
+        ("a − c", FAILS),
+        ("b − c", INCONCLUSIVE),
+    ]
+    assert out.verdict == FAILS
+    both = judge("a > b, c", rows(a=a, b=b, c=c))
+    assert [t.label for t in both.tests] == ["a − b", "a − c"]  # names in one place are not compared
+
+
+# ---- complete data, diverged runs ----------------------------------------------------------------------------------
+
+
+def test_every_name_value_and_seed_must_have_a_value():
+    """A missing value anywhere — a name, a swept value, a seed — makes the claim "not run (k of n)", naming what is
+    missing; a trend needs every swept value at every seed."""
+    full = rows(a=[3.0, 4.0, 3.5, 5.0, 4.5], b=[1.0, 1.5, 1.0, 2.0, 1.2])
+    assert judge("a > b", full).verdict == HOLDS
+    del full["b"][None][3]
+    out = judge("a > b", full)
+    assert out.verdict == NOT_RUN and out.reason.startswith("9 of 10 runs") and "b" in out.reason
+    trend = {"a": {x: {s: 50.0 - 10 * x + s for s in SEEDS} for x in (0.2, 0.4, 0.6)}}
+    assert judge("a decreasing", trend, cols=[0.2, 0.4, 0.6]).verdict == HOLDS
+    del trend["a"][0.6][4]
+    out = judge("a decreasing", trend, cols=[0.2, 0.4, 0.6])
+    assert out.verdict == NOT_RUN and "14 of 15" in out.reason and "0.6" in out.reason
+    assert judge("a decreasing", {"a": {0.2: trend["a"][0.2]}}, cols=[0.2, 0.4, 0.6]).verdict == NOT_RUN
+
+
+def test_a_diverged_run_counts_as_the_worst_value():
+    """A diverged run (NaN) of A counts as `worst` (0): A beats B on 3 seeds by 2–3 points and diverged on the other 2
+    — differences 2, 3, 2.5, −40, −41: inconclusive, never "holds" on the survivors; A diverged on every seed: fails.
+    For a lower-is-better metric the claim's worst is the high end (forgetting degree: 1)."""
+    b = [40.0, 41.0, 40.5, 40.0, 41.0]
+    a = [42.0, 44.0, 43.0, math.nan, math.nan]
+    out = judge("a > b", rows(a=a, b=b))
+    assert out.tests[0].per_seed == pytest.approx({0: 2.0, 1: 3.0, 2: 2.5, 3: -40.0, 4: -41.0})
+    assert out.verdict == INCONCLUSIVE
+    assert judge("a > b", rows(a=[math.nan] * 5, b=b)).verdict == FAILS
+    assert judge("a > b", rows(a=[math.inf] * 5, b=b)).verdict == FAILS
+    forgetting = rows(a=[math.nan] * 5, b=[0.6, 0.7, 0.65, 0.62, 0.68])
+    assert judge("a < b", forgetting, tolerance=0.02, worst=1.0).verdict == FAILS
+
+
+# ---- simulation: error rates and power ---------------------------------------------------------------------------
+
+R = 20_000  # replications per setting: Monte-Carlo se of a 5 % rate = sqrt(.05 · .95 / R) = 0.0015
+
+
+def page_sds() -> list[float]:
+    """The seed-to-seed sds (n − 1) of every test on the committed pages (docs/results/*.csv, per-seed values)."""
+    out = []
+    for path in sorted((REPO / "docs" / "results").glob("*.csv")):
+        for line in csv.DictReader(path.open()):
+            values = [float(x.split(":", 1)[1]) for x in line["per_seed"].split(";") if x]
+            if len(values) > 1 and np.std(values) > 0:
+                out.append(float(np.std(values, ddof=1)))
+    return sorted(set(round(s, 3) for s in out))
+
+
+def simulate(text, means: dict, sd: float, rng, cols=(None,), tolerance=0.5):
+    """The rule (predicates.evaluate on arrays of R replications) on data: each name at each swept value normal
+    around ``means[name][col]`` with sd ``sd`` per seed."""
+    data = {
+        name: {col: {s: m + sd * rng.standard_normal(R) for s in SEEDS} for col, m in per.items()}
+        for name, per in means.items()
+    }
+    return evaluate(parse(text), data, list(cols), SEEDS, tolerance).verdict
+
+
+def rate(verdicts, which) -> float:
+    return float(np.mean(verdicts == which))
+
+
+def holds_rate(op: str, bound: float, mu: float, sd: float, rng) -> float:
+    """How often the rule says "holds" for one test of q (true mean ``mu``, sd ``sd``) against ``bound``."""
+    text = f"|a - b| < {bound!r}" if op == "within" else f"a - b {op} {bound!r}"
+    data = {"a": {None: {s: mu + sd * rng.standard_normal(R) for s in SEEDS}}, "b": {None: dict.fromkeys(SEEDS, 0.0)}}
+    return rate(evaluate(parse(text), data, [None], SEEDS, 0.5).verdict, HOLDS)
+
+
+def test_error_rates_under_no_effect_with_the_pages_sds():
+    """With no true difference and the pages' sds (n = 5): false "holds" and false "fails" each ≤ 5 % (+3 Monte-Carlo
+    se) for one comparison, a list, a chain, a comparison at 3 swept values and a trend; one comparison errs at α
+    exactly (one-sided; a two-sided test would give α/2). With the true gap exactly at τ, "no difference" ≤ 5 %; an
+    equivalence ("within 2.5", "flat within 2.5") holds ≤ 5 % with its difference at the bound (TOST) and fails
+    ≤ 5 % with no difference."""
+    sds = page_sds()
+    assert len(sds) >= 15 and min(sds) < 0.5 and max(sds) > 8  # the pages' range (FedKA's forgetting to FedCOM's)
+    rng, se = np.random.default_rng(30), math.sqrt(ALPHA * (1 - ALPHA) / R)
+    holds, fails, others = [], [], []
+    for sd in sds[:: max(1, len(sds) // 6)]:  # 6 of them, over the whole range
+        v = simulate("a > b", {"a": {None: 0.0}, "b": {None: 0.0}}, sd / math.sqrt(2), rng)  # q's sd = sd
+        holds.append(rate(v, HOLDS))
+        fails.append(rate(v, FAILS))
+        zero = {None: 0.0}
+        for text in ("a > b > c", "a > b, c"):
+            v = simulate(text, {k: zero for k in "abc"}, sd, rng)
+            others += [rate(v, HOLDS), rate(v, FAILS)]
+        xyz = {c: 0.0 for c in "xyz"}
+        v = simulate("a > b", {"a": xyz, "b": xyz}, sd, rng, cols="xyz")
+        others += [rate(v, HOLDS), rate(v, FAILS)]
+        v = simulate("a decreasing", {"a": {x: 0.0 for x in (0.05, 0.1, 0.5)}}, sd, rng, cols=(0.05, 0.1, 0.5))
+        others += [rate(v, HOLDS), rate(v, FAILS)]
+        v = simulate("a > b", {"a": {None: 0.5}, "b": zero}, sd / 8, rng, tolerance=0.5)  # the gap at τ exactly
+        others.append(rate(v, NO_DIFFERENCE))
+        others.append(rate(simulate("|a - b| < 2.5", {"a": {None: 2.5}, "b": zero}, sd, rng), HOLDS))
+        others.append(rate(simulate("|a - b| < 2.5", {"a": zero, "b": zero}, sd, rng), FAILS))
+        others.append(rate(simulate("a flat within 2.5", {"a": xyz}, sd, rng, cols="xyz"), FAILS))
+        edge = {"x": 0.0, "y": 0.0, "z": 2.5}
+        others.append(rate(simulate("a flat within 2.5", {"a": edge}, sd, rng, cols="xyz"), HOLDS))
+    pooled = 3 * se / math.sqrt(len(holds))
+    assert np.mean(holds) == pytest.approx(ALPHA, abs=pooled) and np.mean(fails) == pytest.approx(ALPHA, abs=pooled)
+    assert max(holds + fails + others) <= ALPHA + 3 * se, (holds, fails, others)
+    print(f"false holds {np.mean(holds):.4f}, false fails {np.mean(fails):.4f}, others max {max(others):.4f}")
+
+
+def test_the_printed_power_and_detectable_effect_agree_with_simulation():
+    """For every claim's test with a paper gap (the paper's numbers through the rule) at the pages' sds: the power the
+    page prints (Test.power: the chance the rule says "holds" when the paper's effect is true) and the minimum
+    detectable effect (the gap with POWER) match the rule simulated there, within 3 Monte-Carlo se + 0.005.
+    Hand check: FedKA's 2.1-point gap at the page's paired sd 1.265 has noncentral-t power 0.9145."""
+    nct = stats.nct.sf(T95_4, 4, 2.1 * math.sqrt(5) / 1.265)
+    assert chance(">", 0.0, 2.1, 1.265, 5) == pytest.approx(nct, abs=1e-4)
+    assert chance(">", 0.0, 2.1, 1.265, 5) == pytest.approx(0.9145, abs=1e-4)
+    sds, rng, checked = page_sds(), np.random.default_rng(7), 0
+    for paper in papers():
+        for c in load(paper).claims:
+            if not c.paper or c.predicate.kind == "close":
+                continue
+            pp = {row: v if isinstance(v, dict) else {None: v} for row, v in c.paper.items()}
+            cols = [None] if not c.over else list(dict.fromkeys(k for v in pp.values() for k in v))
+            out = evaluate(c.predicate, paper_data(pp, cols, SEEDS, 0.3), cols, SEEDS, c.tolerance, c.worst, pp)
+            for t in out.tests[:2]:
+                t.sd = sds[checked % len(sds)]  # the page's observed sd, as the page would print with it
+                checked += 1
+                ref, need = abs(t.paper), t.mde()
+                if t.op == "within":
+                    at_mde = ("within", ref + need, ref)
+                else:
+                    at_mde = (t.op, t.bound, t.bound + need if t.op == ">" else t.bound - need)
+                for (op, bound, mu), printed in (((t.op, t.bound, t.paper), t.power()), (at_mde, POWER)):
+                    got = holds_rate(op, bound, mu, t.sd, rng)
+                    tol = 3 * math.sqrt(printed * (1 - printed) / R) + 0.005
+                    assert got == pytest.approx(printed, abs=tol), (paper, c.id, t.label, t.at, t.sd, mu)
+    assert checked >= 20
+
+
+def test_a_grid_value_chosen_on_the_judged_seeds_would_inflate_false_holds():
+    """Why FedKA's β is chosen on tune_seeds: with no effect of any β (4 grid values, all as good as FedAvg), choosing
+    the β with the best mean over the 5 judged seeds and judging those same runs says "holds" about 13 % of the time;
+    chosen on 3 other seeds, the judged runs do not depend on the choice and the rate is α."""
+    rng = np.random.default_rng(3)
+    judged, tuning, fedavg = rng.standard_normal((4, 5, R)), rng.standard_normal((4, 3, R)), rng.standard_normal((5, R))
+
+    def holds_when_chosen_by(means):
+        fedka = np.take_along_axis(judged, np.broadcast_to(means.argmax(0), (1, 5, R)), 0)[0]
+        data = {"fedka": {None: dict(zip(SEEDS, fedka))}, "fedavg": {None: dict(zip(SEEDS, fedavg))}}
+        return rate(evaluate(parse("fedka > fedavg"), data, [None], SEEDS, 0.5).verdict, HOLDS)
+
+    same, held_out = holds_when_chosen_by(judged.mean(1)), holds_when_chosen_by(tuning.mean(1))
+    assert 0.11 < same < 0.15
+    assert held_out == pytest.approx(ALPHA, abs=3 * math.sqrt(ALPHA * (1 - ALPHA) / R))
+
+
+def test_mde_is_where_the_power_is_80_percent():
+    """mde solves chance(gap) = 0.8; for n = 5 and sd 1 the noncentral t gives the gap 1.359 (the normal approximation,
+    (z.95 + z.8)/√5 = 1.112, would understate it); the same gap on the "<" side."""
+    g = mde(">", 0.0, None, 1.0, 5)
+    assert chance(">", 0.0, g, 1.0, 5) == pytest.approx(POWER, abs=1e-4)
+    nct = brentq(lambda d: stats.nct.sf(T95_4, 4, d * math.sqrt(5)) - POWER, 0.1, 5)
+    assert g == pytest.approx(nct, abs=1e-3) and g == pytest.approx(1.3594, abs=1e-3)
+    assert mde("<", 2.0, None, 1.0, 5) == pytest.approx(g)
+
+
+# ---- the paper's own numbers -----------------------------------------------------------------------------------------
+
+
+def test_the_papers_own_numbers_as_seeds_hold_for_every_claim():
+    """Every claim with numbers, judged by the rule (its tolerance, α, Holm) on the paper's numbers as 5 seeds 0.05
+    apart, holds — including FedReMa's "flat within 2.5" (range 2.04), FedKA's α = 0.05 gap of 0.4, FedCOM's matching
+    at 94.5 vs 94 and FedReMa's 0.5 over FedPAC, which the old rule (each bound moved by τ) left inconclusive."""
+    checked = 0
+    for paper in papers():
+        pc = load(paper)
+        for c in pc.claims:
+            assert paper_problems(pc, c) == [], (paper, c.id)
+            checked += bool(c.paper)
+    assert checked >= 20
