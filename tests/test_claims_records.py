@@ -20,7 +20,17 @@ def test_record_command_writes_nothing_for_a_paper_without_runs(tmp_path, capsys
 
 
 def _outcome(res):
-    return (res.outcome.verdict, res.outcome.tests[0].per_seed, res.n_complete, res.n_runs, res.seconds, res.status)
+    tests = [(t.label, t.at, t.per_seed) for t in res.outcome.tests]
+    return (
+        res.outcome.verdict,
+        res.outcome.reason,
+        tests,
+        res.data,
+        res.n_complete,
+        res.n_runs,
+        res.seconds,
+        res.status,
+    )
 
 
 def test_records_are_judged_as_the_run_dirs_they_come_from(tmp_path):
@@ -57,7 +67,8 @@ def test_records_are_judged_as_the_run_dirs_they_come_from(tmp_path):
     }
     from_records = evaluate_claim(pc, pc.claims[0], RunSet(pc, "smoke", runs, found=load(records_path(out, "toy"))))
     assert _outcome(from_records) == _outcome(from_dirs)
-    assert from_records.outcome.tests[0].per_seed == {0: 2.0}  # (52 - 50); seed 1 failed, seed 2 has no Local run
+    assert from_records.data["fedavg"][None] == {0: 52.0, 2: 67.0}  # seed 1 failed: no value
+    assert from_records.outcome.verdict.startswith("not run")  # seed 2 has no Local run, seed 1 no FedAvg one
     assert from_records.status == {"failed": 1, "missing": 1} and from_records.seconds == 4 * 2.5
 
     # the run dirs gone (another machine): writing again keeps every record; a run finished there is added
@@ -66,7 +77,7 @@ def test_records_are_judged_as_the_run_dirs_they_come_from(tmp_path):
     _write_run(sweep, next(j for j in jobs if j["algorithm"] == "local" and j["seed"] == "2"), 9, 0.60)
     assert write(pc, "smoke", runs, out) == (1, 6)
     again = evaluate_claim(pc, pc.claims[0], RunSet(pc, "smoke", runs, found=load(records_path(out, "toy"))))
-    assert again.outcome.tests[0].per_seed == {0: 2.0, 2: 7.0} and again.status == {"failed": 1}
+    assert again.data["local"][None] == {0: 50.0, 1: 40.0, 2: 60.0} and again.status == {"failed": 1}
 
 
 def test_run_makes_only_the_jobs_the_records_lack(tmp_path, cache_dir):
