@@ -7,7 +7,9 @@ print — and the paper's own numbers, fed as seeds, holding for every claim."""
 from __future__ import annotations
 
 import csv
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -209,8 +211,10 @@ R = 20_000  # replications per setting: Monte-Carlo se of a 5 % rate = sqrt(.05 
 
 
 def page_sds() -> list[float]:
-    """The seed-to-seed sds (n − 1) of every test on the committed pages (docs/results/*.csv, per-seed values)."""
-    out = []
+    """The seed-to-seed sds (n − 1) of every test on the committed pages (docs/results/*.csv, per-seed values), with
+    those of the last 3-seed pages before the records (tests/data/page_sds.json says where from): the range the rule
+    meets in practice."""
+    out = json.loads((Path(__file__).parent / "data" / "page_sds.json").read_text())["sds"]
     for path in sorted((REPO / "docs" / "results").glob("*.csv")):
         for line in csv.DictReader(path.open()):
             values = [float(x.split(":", 1)[1]) for x in line["per_seed"].split(";") if x]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from collections import Counter
 from pathlib import Path
 
 from .predicates import VERDICTS, Outcome, Predicate, PredicateError, Test, evaluate, judge, parse
@@ -64,6 +65,13 @@ def report(
     for scale in scales:
         runset = RunSet(pc, scale, runs_root, records=records)
         results += [evaluate_claim(pc, claim, runset) for claim in pc.claims]
+        if runset.unrecorded:
+            print(
+                f"fedbench-claims: {len(runset.unrecorded)} {scale}-scale run(s) under {runs_root} have no record in "
+                f"{records}, so the page will not rebuild from the repository: `fedbench-claims record {paper} "
+                f"--scale {scale}` first",
+                file=sys.stderr,
+            )
     print_rich(pc, results, console)
     lost = lost_evidence(out / f"{paper}.csv", results)
     if lost and not force:
@@ -77,7 +85,10 @@ def report(
         png = plot(res, out / pc.paper / picture_name(res))
         if png is not None:
             pictures[(res.claim.id, res.scale)] = png
-    (out / f"{paper}.md").write_text(to_markdown(pc, results, scales, runs_root, pictures, commands or {}))
+    for old in sorted((out / paper).glob("*.png")) if plots else []:  # a picture of an earlier page, not this one's
+        if old not in pictures.values():
+            old.unlink()
+    (out / f"{paper}.md").write_text(to_markdown(pc, results, scales, runs_root, pictures, commands or {}, records))
     (out / f"{paper}.csv").write_text(to_csv(paper, results))
     from ..loggers import wandb_mode
 
@@ -120,6 +131,48 @@ def _scales_with_runs(paper: str, runs_root: Path, records: Path | None = None) 
 
     recorded = {s for s in SCALES if records is not None and load_records(records, s)}
     return [s for s in SCALES if s != "smoke" and (sweep_dir(runs_root, s, paper).is_dir() or s in recorded)]
+
+
+def summary(out: Path | None = None) -> str:
+    """The README's table of verdicts: per paper and scale, how many claims hold, fail, ... — read from the pages'
+    CSVs (docs/results/<paper>.csv), so that it says what the pages say (tests/test_claims_pages.py)."""
+    import csv
+
+    from .predicates import VERDICTS
+
+    out = Path(out) if out else default_out()
+    head = ["paper", "scale", "claims", *VERDICTS, "runs complete (summed over claims)", "page"]
+    md = ["| " + " | ".join(head) + " |", "|" + "---|" * 2 + "---:|" * (len(head) - 3) + "---|"]
+    for paper in papers():
+        path = out / f"{paper}.csv"
+        if not path.exists():
+            continue
+        claims: dict = {}
+        with path.open() as f:
+            for row in csv.DictReader(f):
+                claims.setdefault((row["scale"], row["claim"]), row)
+        for scale in [s for s in SCALES if any(k[0] == s for k in claims)]:
+            rows = [r for (s, _), r in claims.items() if s == scale]
+            counts = Counter(r["verdict"] for r in rows)
+            runs = {(r["claim"], r["runs_complete"], r["runs"]) for r in rows}
+            done = sum(int(c) for _, c, _ in runs)
+            total = sum(int(t) for _, _, t in runs)
+            md.append(
+                f"| {load(paper).title} | {scale} | {len(rows)} | "
+                + " | ".join(str(counts.get(v, 0)) for v in VERDICTS)
+                + f" | {done}/{total} | [docs/results/{paper}.md](docs/results/{paper}.md) |"
+            )
+    return "\n".join(md) + "\n"
+
+
+def _page_scales(page_csv: Path) -> list[str]:
+    """The scales a committed page shows (its CSV), so that a page without runs or records is rebuilt as it is."""
+    import csv
+
+    if not page_csv.exists():
+        return []
+    with page_csv.open() as f:
+        return [s for s in dict.fromkeys(row["scale"] for row in csv.DictReader(f)) if s in SCALES and s != "smoke"]
 
 
 def committed_records(paper: str) -> Path:
@@ -172,6 +225,7 @@ def main(argv=None) -> int:
     rec.add_argument("--scale", default="cpu", choices=SCALES)
     rec.add_argument("--runs", type=Path, default=RUNS, help=f"where the runs are (default {RUNS})")
     rec.add_argument("--out", type=Path, help="where the records go (default: the repository's docs/results)")
+    sub.add_parser("summary", help="the README's table of verdicts, from the pages' CSVs")
     c = sub.add_parser("check", help="compose every experiment and check every claim; runs nothing")
     c.add_argument("paper", nargs="?", default="all")
     args, rest = ap.parse_known_args(argv)  # overrides may come after the options too
@@ -208,6 +262,9 @@ def main(argv=None) -> int:
                     file=sys.stderr,
                 )
             return 0
+        if args.command == "summary":
+            print(summary(), end="")
+            return 0
         if args.command == "check":
             problems = [msg for name in _papers(args.paper) for msg in check(load(name))]
             for msg in problems:
@@ -223,7 +280,7 @@ def main(argv=None) -> int:
         for name in _papers(args.paper):
             scales = (
                 args.scale.split(",") if args.scale else _scales_with_runs(name, args.runs, committed_records(name))
-            )
+            ) or _page_scales(default_out() / f"{name}.csv")
             for s in scales:
                 if s not in SCALES:
                     raise ClaimsError(f"--scale {s!r} — one of {', '.join(SCALES)}")

@@ -372,7 +372,13 @@ def _md(text: str) -> str:
 
 
 def to_markdown(
-    pc: PaperClaims, results: list[ClaimResult], scales: list[str], runs_root: Path, pictures: dict, commands: dict
+    pc: PaperClaims,
+    results: list[ClaimResult],
+    scales: list[str],
+    runs_root: Path,
+    pictures: dict,
+    commands: dict,
+    records: Path | None = None,
 ) -> str:
     """The results page of one paper (docs/results/<paper>.md)."""
     md = [f"# {pc.title}: do the paper's claims hold?", ""]
@@ -419,7 +425,7 @@ def to_markdown(
     ]
     md += ["## How these numbers were made", ""]
     for scale in scales:
-        md += _provenance(pc, scale, runs_root, commands.get(scale, {}))
+        md += _provenance(pc, scale, runs_root, commands.get(scale, {}), records)
     md += ["## Details", ""]
     for res in results:
         md += _details(res, pictures.get((res.claim.id, res.scale)))
@@ -441,16 +447,49 @@ def _shown(text: str, runs_root: Path) -> str:
     return text.replace(str(runs_root.resolve()), "<runs>").replace(str(runs_root), "<runs>")
 
 
-def _provenance(pc: PaperClaims, scale: str, runs_root: Path, commands: dict) -> list[str]:
-    md = _provenance_lines(pc, scale, runs_root, commands)
+def _provenance(pc: PaperClaims, scale: str, runs_root: Path, commands: dict, records: Path | None = None) -> list[str]:
+    md = _provenance_lines(pc, scale, runs_root, commands, records)
     if runs_root.is_absolute():
         md.insert(-1, "* `<runs>` = the `--runs` directory the runs were made in (default `outputs/claims`).")
     return [_shown(line, runs_root) for line in md]
 
 
-def _provenance_lines(pc: PaperClaims, scale: str, runs_root: Path, commands: dict) -> list[str]:
+def _recorded(records: Path | None, scale: str) -> list[dict]:
+    import json
+
+    if records is None or not Path(records).exists():
+        return []
+    return [r for r in map(json.loads, Path(records).read_text().splitlines()) if r["scale"] == scale]
+
+
+def _counted(values) -> str:
+    return ", ".join(f"{v} ({n} run{'s' * (n > 1)})" for v, n in Counter(values).most_common())
+
+
+def _from_records(recs: list[dict], path: Path) -> list[str]:
+    """Where the recorded runs were made: from the records alone, so that the page is rebuilt byte for byte."""
+    dates = sorted(r["started"][:10] for r in recs if r.get("started"))
+    wall = sum(float((r.get("summary") or {}).get("wall_time") or 0) for r in recs)
+    md = [
+        f"* Records: `{path.parent.name}/{path.name}`, {len(recs)} run(s) — " + _counted(r["status"] for r in recs),
+        "* fedbench commit: " + _counted(f"`{r['commit']}`" if r.get("commit") else "not recorded" for r in recs),
+        "* Machine: " + _counted(r.get("machine") or "not recorded" for r in recs),
+    ]
+    md += [f"* Started: {dates[0]}" + (f" to {dates[-1]}" if dates[-1] != dates[0] else "")] if dates else []
+    md += [f"* Compute time of the recorded runs: {duration(wall)}"] if wall else []
+    md += [
+        f"* Source: {src} ({n} run{'s' * (n > 1)})"
+        for src, n in Counter(r["source"] for r in recs if r.get("source")).items()
+    ]
+    return md
+
+
+def _provenance_lines(
+    pc: PaperClaims, scale: str, runs_root: Path, commands: dict, records: Path | None = None
+) -> list[str]:
     s = pc.scales.get(scale)
-    recs = launches(sweep_dir(runs_root, scale, pc.paper))
+    recorded = _recorded(records, scale)
+    recs = [] if recorded else launches(sweep_dir(runs_root, scale, pc.paper))
     md = [f"### {scale} scale", ""]
     if s and s.note:
         md += [s.note, ""]
@@ -458,7 +497,9 @@ def _provenance_lines(pc: PaperClaims, scale: str, runs_root: Path, commands: di
         f"* Commands: `{commands.get('run', f'fedbench-claims run {pc.paper} --scale {scale}')}` then "
         f"`{commands.get('report', f'fedbench-claims report {pc.paper} --scale {scale}')}`."
     ]
-    if recs:
+    if recorded:
+        md += _from_records(recorded, Path(records))
+    elif recs:
         commits = list(dict.fromkeys(r.get("commit", "unknown") for r in recs))
         machines = list(dict.fromkeys(r.get("machine", "unknown") for r in recs))
         dates = sorted(r.get("started", "")[:10] for r in recs if r.get("started"))

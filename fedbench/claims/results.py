@@ -68,13 +68,19 @@ class RunSet:
         """``found``: the runs (e.g. committed records, fedbench/claims/records.py) instead of those under
         ``runs_root``; ``records``: a records file whose runs of this scale join those found (a run dir wins)."""
         self.pc, self.scale, self.sweep = pc, scale, sweep_dir(runs_root, scale, pc.paper)
+        self.unrecorded: list[str] = []  # run dirs on this machine that the records file lacks (pages can't be rebuilt)
         if found is None:
             found = collect([self.sweep]) if self.sweep.is_dir() else []
         if records is not None:
             from .records import load as load_records
 
             have = {frozenset(r.overrides.items()) for r in found if r.status != "missing"}
-            found = [*found, *(r for r in load_records(records, scale) if frozenset(r.overrides.items()) not in have)]
+            recorded = load_records(records, scale)
+            keys = {frozenset(r.overrides.items()) for r in recorded}
+            self.unrecorded = sorted(
+                str(r.path) for r in found if r.path is not None and frozenset(r.overrides.items()) not in keys
+            )
+            found = [*found, *(r for r in recorded if frozenset(r.overrides.items()) not in have)]
         self.by_overrides = {}
         for r in found:
             if r.status != "missing":
