@@ -17,24 +17,7 @@ export PYTHONUNBUFFERED=1 WANDB_MODE=disabled WANDB_SILENT=true PYTHONDONTWRITEB
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"   # fedbench from this checkout; nothing is installed
 {
     echo "gpu_check.sh: $("$PY" -c 'import sys; print(sys.executable, sys.version.split()[0])'), $(date -u +%FT%TZ)"
-    if ! "$PY" -c "import hydra, omegaconf" 2>/dev/null; then   # the travel kit: pure-Python wheels, unzipped
-        WHL=${FEDBENCH_KIT:-.whl}
-        ls "$WHL"/*.whl >/dev/null 2>&1 || { echo "gpu_check.sh: hydra is missing and $WHL/ has no wheels (run bash scripts/device_prep.sh where pip works)"; exit 3; }
-        KIT=$(mktemp -d); trap 'rm -rf "$KIT" "${UNPACKED:-}"' EXIT
-        for w in "$WHL"/*.whl; do "$PY" -m zipfile -e "$w" "$KIT" || exit 3; done
-        export PYTHONPATH="$PYTHONPATH:$KIT"
-        echo "gpu_check.sh: the travel kit from $WHL/: $(cd "$WHL" && ls *.whl | tr '\n' ' ')"
-    fi
-    if [ -z "${FEDBENCH_DATA:-}" ] && [ -f .device-data/cifar10.tar.gz ]; then   # the data carried with the tree
-        FEDBENCH_DATA=$(mktemp -d); UNPACKED=$FEDBENCH_DATA; trap 'rm -rf "${KIT:-}" "$UNPACKED"' EXIT
-        tar xzf .device-data/cifar10.tar.gz -C "$FEDBENCH_DATA" || exit 3
-        mkdir -p "$FEDBENCH_DATA/MNIST/raw"
-        for f in .device-data/MNIST/raw/*.gz; do [ -f "$f" ] && gunzip -c "$f" > "$FEDBENCH_DATA/MNIST/raw/$(basename "${f%.gz}")"; done
-        export FEDBENCH_DATA
-        echo "gpu_check.sh: data unpacked from .device-data/ into $FEDBENCH_DATA ($(find "$FEDBENCH_DATA" -type f | wc -l) files)"
-    elif [ -z "${FEDBENCH_DATA:-}" ] && [ -d ../shared/data/cifar10 ]; then
-        export FEDBENCH_DATA=$(cd ../shared/data && pwd)
-    fi
+    . scripts/device_env.sh || exit 3
     "$PY" scripts/gpu_check.py "$@"
 } 2>&1 | tee -a "$OUT/console.txt"
 exit "${PIPESTATUS[0]}"

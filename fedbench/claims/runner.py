@@ -55,28 +55,44 @@ def run(
     dry_run: bool = False,
     invoked: str = "",
     records: Path | None = None,
+    only: list[str] | None = None,
+    seeds: list[int] | None = None,
 ) -> int:
     """Launch every experiment the claims need at ``scale`` that still has runs to do; the worst exit code. A run
     that ``records`` (committed run records, fedbench/claims/records.py) holds as complete is not run again: when
-    some are, only the other jobs are launched, one ``fedbench -m`` each."""
+    some are, only the other jobs are launched, one ``fedbench -m`` each. ``only``: these experiments; ``seeds``:
+    these of the scale's seeds (a pilot: e.g. 0, 1 first, the rest later; the runs are the same jobs)."""
     if scale not in pc.scales:
         raise ClaimsError(f"{pc.path}: no '{scale}' scale (the file has {', '.join(pc.scales)})")
     check_extra(list(extra))
     sweep = sweep_dir(runs_root, scale, pc.paper)
     extra = list(extra) + ([] if any(e.startswith("logger") for e in extra) else ["logger=none"])
     worst = 0
+    names = [e.name for e in pc.needed(scale)]
+    for name in only or ():
+        if name not in names:
+            raise ClaimsError(f"--only {name!r} — an experiment of {pc.paper} at {scale}: one of {', '.join(names)}")
     for exp in pc.needed(scale):
+        if only and exp.name not in only:
+            continue
+        if seeds is not None and not set(seeds) <= set(exp.seeds):
+            raise ClaimsError(f"--seeds {seeds} — {pc.paper} {scale} {exp.name} runs seeds {exp.seeds}")
         runs = RunSet(pc, scale, runs_root, records=records).runs(exp)  # read again: an earlier experiment may
-        done = sum(r.status == "complete" for r in runs)  # have made shared runs
+        jobs = exp.jobs()[0]  # have made shared runs
+        if seeds is not None:
+            runs = [r for j, r in zip(jobs, runs) if int(j["seed"]) in seeds]
+        done = sum(r.status == "complete" for r in runs)
         head = f"fedbench-claims: {pc.paper} {scale} {exp.name}: {done}/{len(runs)} runs complete"
         if done == len(runs):
             print(f"{head}; nothing to run", file=sys.stderr)
             continue
+        pick = [j for j in jobs if seeds is None or int(j["seed"]) in seeds]
         if any(r.status == "complete" and r.path is None for r in runs):  # recorded elsewhere: only the others
-            jobs = [j for j, r in zip(exp.jobs()[0], runs) if r.status != "complete"]
-            launches = [["-m", *exp.job_args(j), *extra, f"hydra.sweep.dir={sweep}"] for j in jobs]
+            todo = [j for j, r in zip(pick, runs) if r.status != "complete"]
+            launches = [["-m", *exp.job_args(j), *extra, f"hydra.sweep.dir={sweep}"] for j in todo]
         else:  # one multirun (its complete run dirs are skipped at once)
-            launches = [["-m", *exp.args(), *extra, f"hydra.sweep.dir={sweep}"]]
+            args = [f"seed={','.join(map(str, seeds))}" if a.startswith("seed=") and seeds else a for a in exp.args()]
+            launches = [["-m", *args, *extra, f"hydra.sweep.dir={sweep}"]]
         command = "; ".join("fedbench " + " ".join(shlex.quote(a) for a in args) for args in launches)
         print(f"{head}; running {'(dry run) ' if dry_run else ''}{command}", file=sys.stderr, flush=True)
         if dry_run:

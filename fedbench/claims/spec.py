@@ -16,9 +16,9 @@ import yaml
 from ..report.runs import canon, expand_jobs
 from .predicates import Predicate, PredicateError, _is_number, parse
 
-SCALES = ("paper", "cpu", "smoke")
+SCALES = ("paper", "medium", "cpu", "smoke")
 TOP_FIELDS = {"paper", "title", "reference", "defaults", "scales", "experiments", "claims"}
-SCALE_FIELDS = {"note", "seeds", "tune_seeds", "overrides"}
+SCALE_FIELDS = {"note", "seeds", "tune_seeds", "overrides", "like"}
 EXPERIMENT_FIELDS = {"experiment", "overrides", "sweep", "needs"}
 CLAIM_FIELDS = {
     "id",
@@ -59,6 +59,7 @@ class Scale:
     seeds: list
     overrides: list
     tune_seeds: list = field(default_factory=list)  # the seeds a tuned method's grid value is chosen on (never judged)
+    like: str = ""  # an experiment with no entry at this scale runs as at this other scale, with this scale's overrides
 
 
 @dataclass
@@ -225,6 +226,12 @@ def load_file(path: Path) -> PaperClaims:
                 sweep,
                 needs=str((e or {}).get("needs", "")),
             )
+        for scale in scales.values():  # `like: cpu`: the experiments this scale does not list, as at that scale
+            if scale.like and scale.name not in experiments[name] and scale.like in experiments[name]:
+                e = experiments[name][scale.like]
+                experiments[name][scale.name] = Experiment(
+                    name, scale, e.experiment, e.overrides, e.sweep, needs=e.needs
+                )
     pc = PaperClaims(paper, str(node.get("title", paper)), str(node.get("reference", "")), path, scales, experiments)
     seen = set()
     for i, c in enumerate(node["claims"] or []):
@@ -256,6 +263,9 @@ def _scale(name: str, s: dict, defaults: dict, where: str) -> Scale:
     seeds = (s or {}).get("seeds")
     if not isinstance(seeds, list) or not seeds or not all(isinstance(x, int) and x >= 0 for x in seeds):
         raise ClaimsError(f"{where}.seeds: {seeds!r} — a non-empty list of integers >= 0")
+    like = str((s or {}).get("like") or "")
+    if like and (like == name or like not in SCALES):
+        raise ClaimsError(f"{where}.like: {like!r} — another scale: one of {', '.join(x for x in SCALES if x != name)}")
     tune = (s or {}).get("tune_seeds") or []
     if not all(isinstance(x, int) and x >= 0 and x not in seeds for x in tune):
         raise ClaimsError(f"{where}.tune_seeds: {tune!r} — integers >= 0, none of them a judged seed")
@@ -265,6 +275,7 @@ def _scale(name: str, s: dict, defaults: dict, where: str) -> Scale:
         seeds,
         [str(o) for o in (s or {}).get("overrides") or []],
         list(tune),
+        like,
     )
 
 
