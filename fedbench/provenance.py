@@ -9,7 +9,11 @@ from pathlib import Path
 
 
 def commit() -> str:
-    """The fedbench checkout's commit (``-dirty`` when tracked files differ from it), or ``unknown``."""
+    """The fedbench checkout's commit (``-dirty`` when tracked files differ from it), or ``unknown``;
+    ``$FEDBENCH_COMMIT`` when set: a copy of the tree whose ``.git`` is absent or not its own (the GPU image's copy,
+    scripts/device_run.sh) says which commit it is."""
+    if os.environ.get("FEDBENCH_COMMIT"):
+        return os.environ["FEDBENCH_COMMIT"]
     repo = str(Path(__file__).resolve().parent.parent)
     try:
         sha = subprocess.run(

@@ -163,7 +163,7 @@ def test_every_claims_file_loads_composes_and_holds_on_its_paper_numbers():
     for paper in PAPERS:
         pc = load(paper)
         assert 5 <= len(pc.claims) <= 12, paper
-        assert set(pc.scales) == {"paper", "cpu", "smoke"}
+        assert {"paper", "cpu", "smoke"} <= set(pc.scales) <= {"paper", "medium", "cpu", "smoke"}
         assert check(pc) == [], paper
 
 
@@ -700,3 +700,31 @@ def test_claim_ids_are_never_cut_in_the_printed_table(tmp_path):
     buf = io.StringIO()
     print_rich(pc, [res], Console(width=60, file=buf))
     assert "a_rather_long_claim_identifier" in buf.getvalue()
+
+
+def test_a_scale_like_another_runs_its_experiments_with_its_own_overrides(tmp_path):
+    """`like: cpu` (issue #31's medium scale): the experiments it does not list run as at cpu, with medium's
+    overrides, but those in `skip`; a scale cannot be like itself or an unknown one."""
+    path = tmp_path / "toy.yaml"
+    node = {
+        "paper": "toy",
+        "scales": {
+            "cpu": {"seeds": [0, 1], "overrides": ["rounds=1"]},
+            "medium": {"seeds": [0, 1, 2], "overrides": ["rounds=3"], "like": "cpu", "skip": ["other"]},
+        },
+        "experiments": {
+            "grid": {"cpu": {"experiment": "smoke", "overrides": ["clients=4"], "sweep": {"algorithm": ["local"]}}},
+            "other": {"cpu": {"experiment": "smoke", "sweep": {"algorithm": ["fedavg"]}}},
+        },
+        "claims": [CLAIM],
+    }
+    path.write_text(yaml.safe_dump(node))
+    pc = load_file(path)
+    medium = pc.experiments["grid"]["medium"]
+    assert medium.args() == ["+experiment=smoke", "rounds=3", "clients=4", "algorithm=local", "seed=0,1,2"]
+    assert "medium" not in pc.experiments["other"] and pc.experiments["grid"]["cpu"].args()[1] == "rounds=1"
+    for like, msg in (("medium", "another scale"), ("huge", "another scale")):
+        node["scales"]["medium"]["like"] = like
+        path.write_text(yaml.safe_dump(node))
+        with pytest.raises(ClaimsError, match=msg):
+            load_file(path)

@@ -129,3 +129,54 @@ def test_a_report_never_replaces_a_page_with_less_evidence(tmp_path, capsys):
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == page
     report(pc, ["smoke"], runs, out, force=True)
     assert (out / "toy.csv").read_bytes() != page[out / "toy.csv"]
+
+
+def _timed(sweep, job, num, seconds, machine):
+    _write_run(sweep, job, num, 0.5)
+    d = sweep / f"{job['algorithm']}_seed{job['seed']}"
+    (d / "summary.json").write_text(json.dumps({"metrics": {"pers/acc": {"best": 0.5}}, "wall_time": seconds}))
+    (d / "status.json").write_text(json.dumps({"status": "complete", "machine": machine}))
+
+
+def test_a_time_claim_compares_the_runs_of_one_machine_only(tmp_path):
+    """Compute times from a GPU and a CPU are not paired evidence: the claim is "not comparable", never a verdict."""
+    claim = {**CLAIM, "metric": "wall_time", "holds_if": "fedavg < local", "percent": False, "worst": 1e5}
+    claim.update(paper={"fedavg": 10.0, "local": 20.0}, tolerance=0.0)
+    pc = load_file(_claims_file(tmp_path, [claim]))
+    jobs, _ = pc.experiments["grid"]["smoke"].jobs()
+    secs = {"fedavg": [10.0, 11.0, 12.5], "local": [20.0, 23.0, 21.0]}
+    for where, other in (("one", "CPU X (2 cores)"), ("two", "CPU X (16 cores), NVIDIA H200")):
+        sweep = tmp_path / where / "smoke" / "toy"
+        for i, job in enumerate(jobs):
+            gpu = where == "two" and job["algorithm"] == "fedavg" and job["seed"] == "2"
+            _timed(sweep, job, i, secs[job["algorithm"]][int(job["seed"])], other if gpu else "CPU X (2 cores)")
+    same = evaluate_claim(pc, pc.claims[0], RunSet(pc, "smoke", tmp_path / "one"))
+    assert same.outcome.verdict == "holds"
+    mixed = evaluate_claim(pc, pc.claims[0], RunSet(pc, "smoke", tmp_path / "two"))
+    assert mixed.outcome.verdict == "not comparable (scale)" and "from 2 machines" in mixed.outcome.reason
+
+
+def test_a_pilot_prints_what_the_full_set_of_seeds_could_detect(tmp_path):
+    """Issue #31: with 2 of 5 seeds in, no verdict, but the tests' paired sds and the gap 5 seeds would detect."""
+    from fedbench.claims.predicates import mde
+    from fedbench.claims.render import _pilot_line
+    from fedbench.claims.results import pilot_mde
+
+    pc = load_file(_claims_file(tmp_path, [CLAIM], seeds=(0, 1, 2, 3, 4)))
+    jobs, _ = pc.experiments["grid"]["smoke"].jobs()
+    sweep = tmp_path / "runs" / "smoke" / "toy"
+    acc = {("fedavg", "0"): 0.56, ("fedavg", "1"): 0.61, ("local", "0"): 0.50, ("local", "1"): 0.52}
+    acc[("local", "2")] = 0.40
+    for i, job in enumerate(jobs):
+        if (job["algorithm"], job["seed"]) in acc:
+            _write_run(sweep, job, i, acc[(job["algorithm"], job["seed"])])
+    res = evaluate_claim(pc, pc.claims[0], RunSet(pc, "smoke", tmp_path / "runs"))
+    assert res.outcome.verdict == "not run"
+    (t,) = res.pilot.tests
+    assert sorted(t.per_seed) == [0, 1]  # seed 2 lacks FedAvg
+    assert t.per_seed == pytest.approx({0: 6.0, 1: 9.0}) and t.sd == pytest.approx(3 / 2**0.5)
+    assert t.bound == 0 and pilot_mde(t, 5) == pytest.approx(mde(">", 0.0, 10.0, 3 / 2**0.5, 5))
+    assert pilot_mde(t, 5) < pilot_mde(t, 3)  # more seeds detect less
+    line = _pilot_line(res)
+    assert "seeds 0, 1 have every run" in line and f"detects ≥ {pilot_mde(t, 5):.2f}" in line
+    assert "mean 7.50, paired sd 2.12" in line and "the paper's gap 10.00" in line  # 60 − 50

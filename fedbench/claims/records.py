@@ -78,6 +78,7 @@ def load(path: Path, scale: str | None = None) -> list[RunRecord]:
             continue
         run = RunRecord(None, rec["status"], rec["config"], rec["choices"], rec["overrides"], (0, i), rec["summary"])
         run.error = rec.get("error")
+        run.machine = rec.get("machine")
         run._rounds = {int(r): vals for r, vals in rec["rounds"].items()}
         out.append(run)
     return out

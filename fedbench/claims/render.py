@@ -447,6 +447,27 @@ def _shown(text: str, runs_root: Path) -> str:
     return text.replace(str(runs_root.resolve()), "<runs>").replace(str(runs_root), "<runs>")
 
 
+def _pilot_line(res: ClaimResult) -> str:
+    """The pilot arithmetic (issue #31): each test's paired sd over the seeds that have every run, and the smallest
+    gap the scale's seeds would detect at it, next to the paper's gap."""
+    from .results import pilot_mde
+
+    k = len(res.experiment.scale.seeds)
+    seeds = sorted(next(iter(res.pilot.tests)).per_seed)
+    parts = []
+    for t in res.pilot.tests:
+        m = pilot_mde(t, k)
+        parts.append(
+            f"{t.label}{f' at {t.at}' if t.at else ''}: mean {t.mean:.{res.digits}f}, paired sd {t.sd:.{res.digits}f}"
+            + (f" → detects ≥ {m:.{res.digits}f}" if m is not None else "")
+            + (f" (the paper's gap {t.gap:.{res.digits}f})" if t.gap is not None else "")
+        )
+    return (
+        f"* Pilot — no verdict (seeds {', '.join(map(str, seeds))} have every run): the smallest gap {k} seeds would "
+        f"detect at 80 % power, α = 0.05, at each test's paired sd — " + "; ".join(parts)
+    )
+
+
 def _provenance(pc: PaperClaims, scale: str, runs_root: Path, commands: dict, records: Path | None = None) -> list[str]:
     md = _provenance_lines(pc, scale, runs_root, commands, records)
     if runs_root.is_absolute():
@@ -554,6 +575,8 @@ def _details(res: ClaimResult, picture: Path | None) -> list[str]:
             f"tuning seeds {', '.join(map(str, res.experiment.scale.tune_seeds))} (never on the judged ones): "
             + (choice.describe() if choice.chosen is not None else "not all tuning runs are in")
         )
+    if res.pilot is not None:
+        md.append(_pilot_line(res))
     if c.note:
         md.append(f"* Note: {c.note}")
     if res.outcome.tests:

@@ -174,6 +174,7 @@ class ClaimResult:
     tuned: dict = field(
         default_factory=dict
     )  # {(row, col): GridChoice}: a tuned row's grid value, chosen on tune seeds
+    pilot: Outcome | None = None  # not run yet: the rule on the seeds that have every run (>= 2), for its sds
 
     @property
     def rows(self) -> list[str]:
@@ -285,15 +286,60 @@ def evaluate_claim(pc: PaperClaims, claim: Claim, runset: RunSet) -> ClaimResult
         paper=paper,
         paper_scale=scale == "paper",
     )
+    machines = sorted({r.made_on() or "not recorded" for r in used if r.status == "complete"})
+    if claim.metric.split(".")[0] in TIMES and len(machines) > 1 and res.outcome.verdict != NOT_RUN:
+        res.outcome = Outcome(
+            NOT_COMPARABLE,
+            f"compute times from {len(machines)} machines ({'; '.join(machines)}): a time claim compares the runs "
+            "of one machine",
+        )
     if res.outcome.verdict == NOT_RUN and exp.needs and not res.data:
         res.outcome = Outcome(NEEDS_DATA, needs_data(pc, exp))
     elif res.outcome.verdict == NOT_RUN and res.n_runs:
         res.outcome.reason += _why(res.status)
+        if not (claim.metric.split(".")[0] in TIMES and len(machines) > 1):
+            res.pilot = pilot(claim, res, exp, paper, scale)
         if any(c.chosen is None for c in res.tuned.values()):
             res.outcome.reason += (
                 "; the tuning runs (seeds " + ", ".join(map(str, exp.scale.tune_seeds)) + ") are not all in"
             )
     return res
+
+
+TIMES = ("wall_time", "time_per_round")  # metrics measured in seconds: comparable only on one machine
+
+
+def pilot(claim: Claim, res: ClaimResult, exp: Experiment, paper: dict, scale: str) -> Outcome | None:
+    """Issue #31's pilot: while a claim's runs are not all in, the rule on the seeds that have all of them (at least
+    2). Its tests' paired sds say what the full set of seeds could detect (:func:`pilot_mde`); never a verdict."""
+    seeds = [
+        s
+        for s in exp.scale.seeds
+        if evaluate(claim.predicate, res.data, res.cols, [s], claim.tolerance, claim.worst, paper=paper).verdict
+        != NOT_RUN
+    ]
+    if len(seeds) < 2:
+        return None
+    out = evaluate(
+        claim.predicate,
+        res.data,
+        res.cols,
+        seeds,
+        claim.tolerance,
+        claim.worst,
+        paper=paper,
+        paper_scale=scale == "paper",
+    )
+    return out if out.tests else None
+
+
+def pilot_mde(test, n: int) -> float | None:
+    """The smallest gap ``n`` seeds would detect (80 % power, α = 0.05) at a pilot test's paired sd."""
+    from .predicates import mde
+
+    if test.n < 2 or not math.isfinite(test.sd):
+        return None
+    return mde(test.op, test.bound, test.paper, test.sd, n)
 
 
 def tune(runs: list[RunRecord], key: str, claim: Claim, value, scale: float = 1.0) -> GridChoice:

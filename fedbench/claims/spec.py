@@ -18,7 +18,7 @@ from .predicates import Predicate, PredicateError, _is_number, parse
 
 SCALES = ("paper", "medium", "cpu", "smoke")
 TOP_FIELDS = {"paper", "title", "reference", "defaults", "scales", "experiments", "claims"}
-SCALE_FIELDS = {"note", "seeds", "tune_seeds", "overrides", "like"}
+SCALE_FIELDS = {"note", "seeds", "tune_seeds", "overrides", "like", "skip"}
 EXPERIMENT_FIELDS = {"experiment", "overrides", "sweep", "needs"}
 CLAIM_FIELDS = {
     "id",
@@ -60,6 +60,7 @@ class Scale:
     overrides: list
     tune_seeds: list = field(default_factory=list)  # the seeds a tuned method's grid value is chosen on (never judged)
     like: str = ""  # an experiment with no entry at this scale runs as at this other scale, with this scale's overrides
+    skip: list = field(default_factory=list)  # experiments ``like`` does not bring to this scale (not run here)
 
 
 @dataclass
@@ -227,7 +228,12 @@ def load_file(path: Path) -> PaperClaims:
                 needs=str((e or {}).get("needs", "")),
             )
         for scale in scales.values():  # `like: cpu`: the experiments this scale does not list, as at that scale
-            if scale.like and scale.name not in experiments[name] and scale.like in experiments[name]:
+            if (
+                scale.like
+                and name not in scale.skip
+                and scale.name not in experiments[name]
+                and scale.like in experiments[name]
+            ):
                 e = experiments[name][scale.like]
                 experiments[name][scale.name] = Experiment(
                     name, scale, e.experiment, e.overrides, e.sweep, needs=e.needs
@@ -276,6 +282,7 @@ def _scale(name: str, s: dict, defaults: dict, where: str) -> Scale:
         [str(o) for o in (s or {}).get("overrides") or []],
         list(tune),
         like,
+        [str(x) for x in (s or {}).get("skip") or []],
     )
 
 

@@ -90,7 +90,17 @@ class RunRecord:
     error: str | None = None
     job: dict | None = None  # the claims job this run was matched to by its config (fedbench/claims/results.py)
     lacking: list = field(default_factory=list)  # ... and the config keys it predates
+    machine: str | None = None  # where it was made (a record's; a run dir's status.json: :meth:`made_on`)
     _rounds: dict | None = None
+
+    def made_on(self) -> str | None:
+        """The machine it was made on: its record's, else its status.json's (runs older than the field: None)."""
+        if self.machine is None and self.path is not None:
+            try:
+                self.machine = json.loads((self.path / "status.json").read_text()).get("machine")
+            except (OSError, ValueError):
+                pass
+        return self.machine
 
     @property
     def seed(self):
