@@ -394,20 +394,35 @@ def to_markdown(
         "",
         (
             "| scale | claims | holds | fails | no difference | inconclusive | not run | not comparable | needs data "
-            "| runs complete | wall time of the launches |"
+            "| runs complete | compute time of the runs |"
         ),
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for scale in scales:
         mine = [r for r in results if r.scale == scale]
         n = Counter(r.outcome.verdict for r in mine)
-        recs = launches(sweep_dir(runs_root, scale, pc.paper))
+        recorded = _recorded(records, scale)
+        if recorded:  # the records' own compute times (the page rebuilds from them alone)
+            seconds = sum(float((r.get("summary") or {}).get("wall_time") or 0) for r in recorded)
+        else:
+            seconds = sum(r.get("seconds", 0) for r in launches(sweep_dir(runs_root, scale, pc.paper)))
         complete, total = _runs_done(mine)
         md.append(
             f"| {scale} | {len(mine)} | "
             + " | ".join(str(n.get(v, 0)) for v in VERDICTS)
-            + f" | {complete}/{total} | {duration(sum(r.get('seconds', 0) for r in recs))} |"
+            + f" | {complete}/{total} | {duration(seconds)} |"
         )
+    if len(scales) > 1:  # issue #31: where an effect appears, scale by scale
+        md += ["", "## By scale", "", "| claim | " + " | ".join(scales) + " |", "|---|" + "---|" * len(scales)]
+        for claim in pc.claims:
+            cells = []
+            for scale in scales:
+                res = next(r for r in results if r.claim.id == claim.id and r.scale == scale)
+                cells.append(
+                    f"{res.outcome.verdict} ({res.n_complete}/{res.n_runs})" if res.experiment else "not at this scale"
+                )
+            md.append(f"| {claim.id} | " + " | ".join(cells) + " |")
+        md += ["", "(complete runs / the runs the claim needs at that scale; each scale's budget: its note below.)"]
     md += ["", "## Claims", "", "| " + " | ".join(HEADER) + " |", "|---|---|---|---|---|---:|"]
     for res in results:
         cells = [_md(x) for x in line(res)]
