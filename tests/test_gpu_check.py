@@ -128,3 +128,25 @@ def test_a_claim_run_that_would_not_finish_is_not_started(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "fedka table1 seed 0 (fedavg vs fedka_0.01): est. 1.8 min, 1.3 min left: not started" in out
     assert not (tmp_path / "out" / "claims.tar.gz").exists() and not (tmp_path / "work").exists()
+
+
+def test_any_command_on_the_image_with_device_run(image_env, kit, tmp_path):
+    """scripts/device_run.sh (README "Any other command on that machine"): in the image-like venv with the kit, a
+    claims pilot runs from this checkout, says which commit it is when told (FEDBENCH_COMMIT: the image's .git is
+    stale), and its runs record; a missing command is one line and exit 2."""
+    out = tmp_path / "out"
+    env = {"PYTHON": str(image_env), "PATH": "/usr/bin:/bin", "FEDBENCH_KIT": str(kit), "FEDBENCH_DATA": str(tmp_path)}
+    runs = tmp_path / "claims"
+    p = subprocess.run(
+        ["bash", str(SCRIPTS / "device_run.sh"), "--out", str(out), "--", "fedbench-claims", "run", "fedrema",
+         "--scale", "smoke", "--only", "table1", "--seeds", "1", "--runs", str(runs), "checkpoint.final_model=false"],
+        capture_output=True, text=True, timeout=600, env={**env, "FEDBENCH_COMMIT": "abc1234-test"},
+    )  # fmt: skip
+    console = (out / "console.txt").read_text()
+    assert p.returncode == 0, console[-3000:]
+    assert "the travel kit from" in console and "table1: 4/4 complete" in console
+    statuses = [json.loads(f.read_text()) for f in (runs / "smoke" / "fedrema").glob("*/status.json")]
+    assert len(statuses) == 4 and {(s["status"], s["commit"]) for s in statuses} == {("complete", "abc1234-test")}
+    assert all("\nseed: 1\n" in f.read_text() for f in (runs / "smoke" / "fedrema").glob("*/config.yaml"))
+    bad = subprocess.run(["bash", str(SCRIPTS / "device_run.sh"), "--out", str(out)], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "no command" in bad.stderr
