@@ -180,3 +180,14 @@ def test_a_pilot_prints_what_the_full_set_of_seeds_could_detect(tmp_path):
     line = _pilot_line(res)
     assert "seeds 0, 1 have every run" in line and f"detects ≥ {pilot_mde(t, 5):.2f}" in line
     assert "mean 7.50, paired sd 2.12" in line and "the paper's gap 10.00" in line  # 60 − 50
+
+
+def test_report_or_record_from_a_runs_dir_that_does_not_exist_is_refused(tmp_path, capsys):
+    """Issue #37: `--runs /nonexistent` (a typo) was a page of "not run"; now one line, exit 2, nothing written."""
+    missing = tmp_path / "no" / "runs"
+    for argv in (["report", "fedka", "--runs", str(missing), "--out", str(tmp_path / "out")],
+                 ["record", "fedka", "--runs=" + str(missing), "--out", str(tmp_path / "out")]):  # fmt: skip
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"--runs {missing} — no such directory" in err
+    assert not (tmp_path / "out").exists()

@@ -346,3 +346,15 @@ def test_listing_gives_each_table_its_command_and_the_reduced_one(tmp_path, caps
     assert list_tables(["--markdown", str(md)]) == 0
     assert "fedbench -m +experiment=smoke" in capsys.readouterr().out
     assert "`fedbench -m +experiment=smoke`" in md.read_text()
+
+
+def test_a_metric_no_run_has_is_refused_with_those_they_have(tmp_path, capsys):
+    """Issue #37: `fedbench-report --metric nosuch/metric` printed an empty table and exit 0."""
+    from fedbench.report import main as report_main
+
+    write_run(tmp_path / "sweep", "fedavg", 0, None, acc=[0.1, 0.4])
+    assert report_main([str(tmp_path / "sweep"), "--metric", "nosuch/metric", "--no-plots"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--metric 'nosuch/metric'" in err and "they have: global/acc" in err
+    assert not (tmp_path / "sweep" / "report").exists()
+    assert report_main([str(tmp_path / "sweep"), "--metric", "global/acc", "--no-plots"]) == 0

@@ -235,6 +235,11 @@ def main(argv=None) -> int:
         ap.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "run":
         args.overrides += rest
+    given = argv if argv is not None else sys.argv[1:]
+    named = any(a == "--runs" or a.startswith("--runs=") for a in given)
+    if args.command in ("report", "record") and named and not args.runs.is_dir():  # `run` makes it
+        print(f"fedbench-claims: --runs {args.runs} — no such directory (omit it for {RUNS})", file=sys.stderr)
+        return 2
     invoked = "fedbench-claims " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     try:
         if args.command == "run":

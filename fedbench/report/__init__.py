@@ -77,6 +77,9 @@ def report(
     runs = collect(dirs)
     if not runs:
         raise FileNotFoundError(f"no runs under {', '.join(map(str, dirs))}")
+    present = sorted({m for r in runs for m in r.summary.get("metrics", {})})
+    if metric is not None and present and metric not in present:
+        raise ValueError(f"--metric {metric!r} — no run under {dirs[0]} has it; they have: {', '.join(present)}")
     out = Path(out) if out else Path(dirs[0]) / "report"
     out.mkdir(parents=True, exist_ok=True)
     done = []
@@ -135,6 +138,9 @@ def main(argv=None) -> int:
     except FileNotFoundError as e:
         print(f"fedbench-report: {e}", file=sys.stderr)
         return 1
+    except ValueError as e:
+        print(f"fedbench-report: {e}", file=sys.stderr)
+        return 2
     out = args.out or args.dirs[0] / "report"
     print(
         f"fedbench-report: wrote {', '.join(r.table.stem for r, _ in done)} (.md, .csv"
