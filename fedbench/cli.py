@@ -64,6 +64,25 @@ def _did_you_mean(word: str, candidates) -> str:
     return f"did you mean {close[0]}? " if close else ""
 
 
+def _did_you_mean_key(key: str, paths: list[str]) -> str:
+    """For an unknown dotted key: the keys that end like it (``delta`` -> ``algorithm.delta``), else the closest
+    whole key, else the key whose last part is closest."""
+    import difflib
+
+    leaf = key.split(".")[-1]
+    same = [p for p in paths if p.split(".")[-1] == leaf and p != key]
+    if same:
+        return f"did you mean {' or '.join(same[:3])}? "
+    whole = _did_you_mean(key, paths)
+    if whole:
+        return whole
+    leaves = {}
+    for p in paths:
+        leaves.setdefault(p.split(".")[-1], p)
+    close = difflib.get_close_matches(leaf, list(leaves), n=1, cutoff=0.75)
+    return f"did you mean {leaves[close[0]]}? " if close else ""
+
+
 def fail(msg: str, code: int = 2):
     print(f"fedbench: {msg}", file=sys.stderr)
     sys.exit(code)
@@ -136,7 +155,7 @@ def precheck(args: list[str]) -> None:
             if _node(cfg, key) is None and key.split(".")[0] not in EXTENSIONS:
                 added = f"{_key(o)}=... adds a key that nothing reads; " if o.is_add() or o.is_force_add() else ""
                 fail(
-                    f"invalid config: unknown key {key!r} — {added}{_did_you_mean(key, _paths(cfg))}"
+                    f"invalid config: unknown key {key!r} — {added}{_did_you_mean_key(key, _paths(cfg))}"
                     "(`fedbench --cfg job` lists the keys)"
                 )
         # vary one override at a time over its sweep values; every resulting config must validate

@@ -236,6 +236,8 @@ TYPOS = [
     (["+experiment=fedrema/tabel3"], "experiment='fedrema/tabel3' — did you mean fedrema/table3? one of"),
     (["lrr=0.1"], "unknown key 'lrr' — did you mean lr? (`fedbench --cfg job` lists the keys)"),
     (["optim.lrr=0.1"], "unknown key 'optim.lrr' — did you mean optim.lr?"),
+    (["algorithm=fedrema", "delta=0.3"], "unknown key 'delta' — did you mean algorithm.delta?"),  # issue #36
+    (["partition=dirichlet", "alpha=0.3"], "unknown key 'alpha' — did you mean partition.alpha?"),
     (["algoritm=fedavg"], "unknown key 'algoritm' — did you mean algorithm?"),
     # + or ++ adds a key to the config, but no part of fedbench would read it: refused too, not silently ignored
     (["+lrr=0.1"], "unknown key 'lrr' — +lrr=... adds a key that nothing reads; did you mean lr?"),
