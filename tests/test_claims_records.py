@@ -14,6 +14,7 @@ from fedbench.claims.spec import ClaimsError, load_file
 
 
 def test_record_command_writes_nothing_for_a_paper_without_runs(tmp_path, capsys):
+    (tmp_path / "none").mkdir()
     assert main(["record", "fedka", "--scale", "smoke", "--runs", str(tmp_path / "none"), "--out", str(tmp_path)]) == 0
     assert records_path(tmp_path, "fedka").read_text() == ""
     assert "fedka smoke: 0 ended runs recorded" in capsys.readouterr().err
@@ -191,3 +192,28 @@ def test_report_or_record_from_a_runs_dir_that_does_not_exist_is_refused(tmp_pat
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and f"--runs {missing} — no such directory" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_claim_shows_the_mechanisms_own_numbers_per_method(tmp_path):
+    """Issue #31 item 5: `diagnose:` metric paths, per named method, over its complete runs (a method that does
+    not log the metric shows nothing), on the page."""
+    from fedbench.claims.render import _details
+
+    claim = {**CLAIM, "diagnose": ["set_size@mean", "ccp_rounds"]}
+    pc = load_file(_claims_file(tmp_path, [claim]))
+    jobs, _ = pc.experiments["grid"]["smoke"].jobs()
+    sweep = tmp_path / "runs" / "smoke" / "toy"
+    for i, job in enumerate(jobs):
+        _write_run(sweep, job, i, 0.5)
+        if job["algorithm"] == "fedavg":
+            d = sweep / f"fedavg_seed{job['seed']}"
+            seed = int(job["seed"])
+            rows = [{"round": r, "pers/acc": 0.5, "set_size": 2.0 + seed + r} for r in (1, 2)]  # mean 3.5 + seed
+            (d / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
+            summary = {"metrics": {"pers/acc": {"best": 0.5}}, "ccp_rounds": 10 + 2 * seed}
+            (d / "summary.json").write_text(json.dumps(summary))
+    res = evaluate_claim(pc, pc.claims[0], RunSet(pc, "smoke", tmp_path / "runs"))
+    assert res.diagnostics == {"set_size@mean": {"fedavg": [3.5, 4.5, 5.5]}, "ccp_rounds": {"fedavg": [10, 12, 14]}}
+    page = "\n".join(_details(res, None))
+    assert "Diagnostic `set_size@mean` (mean ± std over the complete runs): FedAvg 4.5 ± 1 (n = 3)" in page
+    assert "Diagnostic `ccp_rounds` (mean ± std over the complete runs): FedAvg 12 ± 2 (n = 3)" in page

@@ -592,6 +592,14 @@ def _details(res: ClaimResult, picture: Path | None) -> list[str]:
         )
     if res.pilot is not None:
         md.append(_pilot_line(res))
+    for path, rows in res.diagnostics.items():
+        md.append(
+            f"* Diagnostic `{path}` (mean ± std over the complete runs): "
+            + "; ".join(
+                f"{res.label(row)} {np.mean(v):.3g} ± {np.std(v, ddof=1) if len(v) > 1 else 0:.2g} (n = {len(v)})"
+                for row, v in sorted(rows.items())
+            )
+        )
     if c.note:
         md.append(f"* Note: {c.note}")
     if res.outcome.tests:

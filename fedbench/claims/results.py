@@ -175,6 +175,7 @@ class ClaimResult:
         default_factory=dict
     )  # {(row, col): GridChoice}: a tuned row's grid value, chosen on tune seeds
     pilot: Outcome | None = None  # not run yet: the rule on the seeds that have every run (>= 2), for its sds
+    diagnostics: dict = field(default_factory=dict)  # {metric path: {row: [value per complete run]}} (claim.diagnose)
 
     @property
     def rows(self) -> list[str]:
@@ -271,6 +272,12 @@ def evaluate_claim(pc: PaperClaims, claim: Claim, runset: RunSet) -> ClaimResult
             res.status[v] += 1
         if r.status == "diverged" or (isinstance(v, float) and not math.isfinite(v)):
             res.status["diverged"] += 1
+    for path in claim.diagnose:  # the mechanism's own numbers (e.g. FedReMa's CCP length), per named method
+        for r in used:
+            col = canon(r.key(claim.over)) if claim.over else None
+            v = rep.value(r, path, columns.get(col) or rep.columns[0]) if r.status == "complete" else None
+            if isinstance(v, float) and math.isfinite(v):
+                res.diagnostics.setdefault(path, {}).setdefault(canon(r.key(claim.by)), []).append(v)
     res.n_runs, res.n_complete = len(used), sum(r.status == "complete" for r in used)
     res.run_ids = {frozenset(r.overrides.items()): r.status == "complete" for r in used}
     res.seconds = sum(run_seconds(r) for r in used if r.status == "complete")

@@ -39,6 +39,7 @@ CLAIM_FIELDS = {
     "target",
     "worst",
     "note",
+    "diagnose",
 }
 # tolerance: τ, the smallest effect that matters (displayed units: accuracy points), below which a difference is "no
 # difference"; worst: the value a diverged run counts as (default: 0 for a percentage, e.g. accuracy; other metrics
@@ -149,6 +150,7 @@ class Claim:
     quote: str = ""  # the paper's own words (``source`` says where)
     ours: str = ""  # what is ours: the whole claim, or a bound or reading of the paper's words
     tune: dict = field(default_factory=dict)  # {row: grid key}: the row at its best grid value on the tune seeds
+    diagnose: list = field(default_factory=list)  # metric paths shown per named method (the mechanism's own numbers)
 
 
 @dataclass
@@ -344,6 +346,7 @@ def _claim(c: dict, defaults: dict, experiments: dict, where: str) -> Claim:
         " ".join(str(c.get("quote", "")).split()),
         " ".join(str(c.get("ours", "")).split()),
         tune,
+        [str(m) for m in c.get("diagnose") or []],
     )
 
 
