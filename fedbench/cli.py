@@ -118,6 +118,12 @@ def precheck(args: list[str]) -> None:
     multirun = any(a in ("-m", "--multirun") for a in args)
     _check_output_dir(parsed, multirun)
     groups, keys, deleted = [], [], []
+    seen: dict = {}
+    for o in parsed:  # `rounds=3 rounds=4`: Hydra keeps the last one silently
+        name = o.key_or_group + (f"@{o.package}" if o.package else "")
+        if name in seen:
+            fail(f"invalid config: {name} is given twice ({seen[name]}, {o.input_line}) — give it once")
+        seen[name] = o.input_line
     for o in parsed:
         key = o.key_or_group
         if key.startswith("hydra"):

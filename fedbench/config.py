@@ -130,6 +130,21 @@ def validate(cfg) -> None:
         raise ConfigError("optim.lr_decay_to", None, "a learning rate > 0 when optim.lr_decay_round is set")
     if cfg.optim.nesterov and cfg.optim.momentum <= 0:
         raise ConfigError("optim.nesterov", True, "needs optim.momentum > 0")
+    ev = cfg.get("eval") or {}
+    if ev and not (ev.get("personalized") or ev.get("global_model") or (ev.get("new_clients") or {}).get("enabled")):
+        raise ConfigError(
+            "eval.personalized",
+            ev.get("personalized"),
+            "true, or eval.global_model or eval.new_clients.enabled true: the run would measure nothing",
+        )
+    clients = cfg.get("clients")
+    if is_int(clients) and clients >= 1 and round(float(cfg.participation) * clients) < 1:  # build.py rounds it
+        raise ConfigError(
+            "participation",
+            cfg.participation,
+            f"more than {0.5 / clients:g} with clients={clients}: {float(cfg.participation) * clients:g} clients per "
+            "round rounds to none",
+        )
     # imported here, not at the top: every entry point imports this module (fedbench/__init__.py), and these load
     # torch and every algorithm, dataset and model (seconds) that e.g. `fedbench report` never needs. (Not to hide a
     # cycle: nothing they import imports this module, tests/test_layers.py.)

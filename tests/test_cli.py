@@ -132,6 +132,11 @@ BAD = [
     (["rounds=abc"], "rounds='abc'", "an integer >= 1"),
     (["participation=1.5"], "participation=1.5", "(0, 1]"),
     (["participation=0"], "participation=0", "(0, 1]"),
+    # issue #37: inputs that were accepted silently
+    (["participation=0.01"], "participation=0.01", "more than 0.025 with clients=20: 0.2 clients per round rounds"),
+    (["participation=0.025"], "participation=0.025", "more than 0.025 with clients=20"),  # 0.5 rounds to 0
+    (["eval.personalized=false", "eval.global_model=false"], "eval.personalized=False", "would measure nothing"),
+    (["rounds=3", "rounds=4"], "rounds is given twice (rounds=3, rounds=4)", "give it once"),
     (["-m", "rounds=2,-1"], "rounds=-1", "an integer >= 1"),
     (["partition.alpha=0"], "partition.alpha=0", "0 < alpha"),
     (
