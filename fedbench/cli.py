@@ -119,10 +119,13 @@ def precheck(args: list[str]) -> None:
     _check_output_dir(parsed, multirun)
     groups, keys, deleted = [], [], []
     seen: dict = {}
-    for o in parsed:  # `rounds=3 rounds=4`: Hydra keeps the last one silently
+    twice: list[str] = []  # said once the overrides passed, so that a refusal stays one line
+    for o in parsed:  # `rounds=3 rounds=4`: Hydra keeps the last one; say so (scripts rely on it, so no refusal)
         name = o.key_or_group + (f"@{o.package}" if o.package else "")
+        if o.is_delete():
+            continue
         if name in seen:
-            fail(f"invalid config: {name} is given twice ({seen[name]}, {o.input_line}) — give it once")
+            twice.append(f"fedbench: {name} is given twice ({seen[name]}, {o.input_line}); the last one is used")
         seen[name] = o.input_line
     for o in parsed:
         key = o.key_or_group
@@ -185,6 +188,8 @@ def precheck(args: list[str]) -> None:
             except HydraException as e:
                 fail(f"invalid config: {str(e).splitlines()[0]}")
     GlobalHydra.instance().clear()
+    for line in twice:
+        print(line, file=sys.stderr)
 
 
 @functools.lru_cache(maxsize=4)

@@ -138,12 +138,12 @@ def validate(cfg) -> None:
             "true, or eval.global_model or eval.new_clients.enabled true: the run would measure nothing",
         )
     clients = cfg.get("clients")
-    if is_int(clients) and clients >= 1 and round(float(cfg.participation) * clients) < 1:  # build.py rounds it
+    if is_int(clients) and clients >= 1 and float(cfg.participation) * clients < 0.5:  # build.py: max(1, round(.))
         raise ConfigError(
             "participation",
             cfg.participation,
-            f"more than {0.5 / clients:g} with clients={clients}: {float(cfg.participation) * clients:g} clients per "
-            "round rounds to none",
+            f"at least {0.5 / clients:g} with clients={clients} (half a client, taken as one): "
+            f"{float(cfg.participation) * clients:g} clients per round",
         )
     # imported here, not at the top: every entry point imports this module (fedbench/__init__.py), and these load
     # torch and every algorithm, dataset and model (seconds) that e.g. `fedbench report` never needs. (Not to hide a

@@ -357,7 +357,7 @@ def test_a_full_disk_fails_with_one_line_and_keeps_the_last_good_checkpoint(tmp_
     limit = (s1 + s2) // 2  # a file may grow to this many bytes: checkpoint 1 fits, checkpoint 2 does not
 
     run_dir = tmp_path / "run"
-    full = [*args, "checkpoint.keep=1", f"hydra.run.dir={run_dir}"]
+    full = [*(a for a in args if not a.startswith("checkpoint.keep=")), "checkpoint.keep=1", f"hydra.run.dir={run_dir}"]
     code, err = fedbench_here(*full, tmp_path=tmp_path, fsize=limit)
     assert code == 1
     line = one_line(err)

@@ -150,7 +150,9 @@ def test_absent_data_is_one_line_naming_leafs_layout(tmp_path):
     prints it as its single line, tests/test_cli.py) that names the expected layout and LEAF's JSON format."""
     from fedbench.run import Run
 
-    cfg = make_cfg("+experiment=cafeme/table2", f"data_root={tmp_path}", f"cache_dir={tmp_path / 'cache'}")
+    cfg = make_cfg(  # the fast defaults' 4 clients at the table's 5 % would be 0.2 clients per round (refused)
+        "+experiment=cafeme/table2", "participation=0.25", f"data_root={tmp_path}", f"cache_dir={tmp_path / 'cache'}"
+    )
     with pytest.raises(ConfigError) as e:
         Run(cfg, tmp_path / "run").setup()
     msg = str(e.value)
