@@ -23,6 +23,7 @@ from fedbench.algorithms.oneshot import (
 from fedbench.engine.stack import broadcast, rows
 from fedbench.errors import ConfigError
 from fedbench.losses import balanced_softmax_ce
+from fedbench.metrics import present_class_accuracy
 from fedbench.run import Run
 
 # a 1-block-per-stage ResNet with BatchNorm and a declared last block, small enough for the 8x8 digits
@@ -105,6 +106,18 @@ def test_class_set_accuracy_leaves_out_unmeasured_classes_and_clients():
     assert np.isnan(class_set_accuracy(acc, [np.array([1]), np.array([], dtype=int)]))
 
 
+def test_present_class_accuracy_averages_the_classes_a_client_trains_on_and_is_tested_on():
+    """ECL's reported metric (``pers/acc_present_classes``): per client, its class accuracies averaged over the classes
+    with training samples AND test samples; a class seen only in test, or only in training, does not count."""
+    class_acc = np.array([[1.0, 0.5, 0.0, 0.25], [0.2, 0.5, 0.6, 0.8], [0.9, 0.0, 0.0, 0.3]])
+    train = np.array([[5, 0, 3, 1], [0, 2, 0, 0], [0, 0, 0, 3]])
+    test = np.array([[2, 4, 0, 1], [1, 3, 2, 0], [1, 0, 0, 0]])
+    got = present_class_accuracy(class_acc, train, test)
+    # client 0: classes 0 and 3 (1 is test-only, 2 train-only) -> (1.0 + 0.25) / 2; client 1: class 1 -> 0.5;
+    # client 2: its one training class has no test sample -> NaN (left out of the run's mean)
+    assert got[:2].tolist() == [0.625, 0.5] and np.isnan(got[2])
+
+
 def test_head_tail_accuracy_uses_local_groups_and_global_halves():
     counts = np.array([[10, 5, 1, 0], [0, 8, 0, 2]])
     acc = np.array([[1.0, 0.5, 0.0, 0.9], [0.3, 0.6, 0.3, 0.2]])
@@ -183,6 +196,22 @@ def test_phase_two_trains_the_named_layers_and_predicts_with_eq6(tmp_path):
     lrs = [json.loads(line).get("train/lr") for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [v for v in lrs if v is not None] == [0.05, 0.01]
     assert {"lt/head_acc", "lt/tail_acc", "lt/component_acc_present_classes"} <= set(summary)
+    # the reported present-class accuracy: per client over the classes it trains on and is tested on (this long-tail
+    # federation has test samples of classes a client never trains on, so a metric that ignores training fails)
+    test_counts = [np.bincount(run.data.y[run.data.tensor(i)].numpy(), minlength=C) for i in idx]
+    pairs = [(k, c) for k in range(algo.K) for c in range(C) if test_counts[k][c] > 0]
+    assert any(counts[k][c] == 0 for k, c in pairs)
+    per_client = [
+        np.mean(
+            [
+                acc_kc
+                for c, acc_kc in enumerate(run.evaluator.last["pers_client_class_acc"][k])
+                if (k, c) in pairs and counts[k][c] > 0
+            ]
+        )
+        for k in range(algo.K)
+    ]
+    assert summary["metrics"]["pers/acc_present_classes"]["last"] == pytest.approx(np.mean(per_client), abs=1e-12)
     assert (tmp_path / "diagnostics" / "ecl_expert_of_class").is_dir()
 
 
@@ -281,7 +310,7 @@ def test_tail_class_accuracy_beats_fedavg_ft(tmp_path):
 
 
 # ---------------------------------------------------------------------------- issue 16, items 6, 7, 10
-def test_tail_expert_is_the_last_nonempty_group_and_empty_experts_take_no_part(tmp_path):
+def test_experts_train_from_w_T_on_their_group_tail_balanced_and_empty_experts_take_no_part(tmp_path):
     """Issue 16.6. M = 3, ``ceil`` grouping on the 5-client long-tail digits: clients with 4 present classes get
     groups of 2, 2, 0 (4 < M·⌈4/M⌉ = 6), with 2 classes 1, 1, 0. Their tail expert is expert 2 (the last
     non-empty group): classifier only, class-balanced sampling. Expert 3 is empty for them: untrained, weight 0
@@ -307,6 +336,7 @@ def test_tail_expert_is_the_last_nonempty_group_and_empty_experts_take_no_part(t
     cls, head_layers = set(run.fm.names("classifier")), set(run.fm.names("head"))
     assert head_layers - cls  # non-tail experts train more than the classifier
     wname = "head.2.weight"
+    non_tail = 0
     for k in range(K):
         tail = max(m for m in range(3) if sizes[k][m])
         for m in range(3):
@@ -332,8 +362,24 @@ def test_tail_expert_is_the_last_nonempty_group_and_empty_experts_take_no_part(t
                     LocalInputs(indices=[idx], sample_weights=[1.0 / cnt[inv]]),
                 )
                 assert all(torch.allclose(P[n][k], ref.params[n][0], atol=1e-12) for n in cls), (k, m)
-            else:
+            else:  # Eq. 4: CE from w^T on the samples of its class group only, last block (here: head) + classifier
                 assert changed == head_layers, (k, m)
+                tr = run.data.train_idx[k]
+                idx = tr[np.isin(labels[tr], groups[k][m])]
+                assert 0 < len(idx) < len(tr)
+                spec = LocalSpec(
+                    f"ecl_expert{m + 1}",
+                    trainable=tuple(n for n in run.fm.param_names if n in head_layers),
+                    epochs=2,
+                    batch_size=8,
+                    opt=algo.opt.replace(lr=0.01),
+                )  # the default loss: plain cross-entropy
+                ref = algo.local_train(
+                    1, torch.tensor([k]), (broadcast(w, 1), broadcast(bn, 1)), spec, LocalInputs(indices=[idx])
+                )
+                assert all(torch.allclose(P[n][k], ref.params[n][0], atol=1e-12) for n in head_layers), (k, m)
+                non_tail += 1
+    assert non_tail >= K  # every client has at least one expert before its tail
     # Eq. 5 diagnostics: the mean scale of expert 3 is over the clients that have an expert 3
     u0 = algo.components[0][0][wname]
     ratio3 = algo.components[3][0][wname].pow(2).sum((1, 2)) / u0.pow(2).sum((1, 2))

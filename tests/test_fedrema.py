@@ -10,7 +10,7 @@ import torch
 from conftest import make_cfg, run_cfg
 
 from fedbench.algorithms.fedrema import ccp_continues, dependency_weights, head_mixing, mds, relevant_weights
-from fedbench.engine.stack import broadcast, mix, rows
+from fedbench.engine.stack import mix
 from fedbench.errors import ConfigError
 from fedbench.loggers import build_loggers
 from fedbench.losses import prototype_alignment
@@ -246,10 +246,7 @@ def _setup(tmp_path, *overrides):
 
 def _uploads(algo, t, clients):
     """The clients' trained models of round t (local training is keyed by (seed, t): replaying it is exact)."""
-    m = len(clients)
-    params = {**broadcast(algo.theta, m), **rows(algo.phi, clients)}
-    buffers = {**broadcast(algo.theta_buf, m), **rows(algo.phi_buf, clients)}
-    res, _ = algo.client_update(t, clients, params, buffers)
+    res, _ = algo.client_update(t, clients, *algo.client_models(clients, t))
     return res
 
 
@@ -353,6 +350,7 @@ def test_a_fedrema_run_logs_every_diagnostic(tmp_path, capsys):
         "local_epochs=3",
         f"rounds={rounds}",
         "algorithm.delta=1.0",
+        "algorithm.bn_stats=averaged",  # here Δs̄ drops within 5 rounds (with local statistics it keeps rising)
         "algorithm.plot_every=3",
         "checkpoint.every=1",
         "checkpoint.keep=3",
@@ -416,6 +414,7 @@ def test_bad_fedrema_options_fail_before_training(tmp_path):
         "algorithm.relevant_weights=median",
         "algorithm.head_update=parallel",
         "algorithm.head_pairing=random",
+        "algorithm.bn_stats=global",
     ):
         with pytest.raises(ConfigError) as e:
             run_cfg(make_cfg("algorithm=fedrema", bad), tmp_path / bad.replace("=", "_"))

@@ -10,7 +10,6 @@ import torch.nn.functional as F
 
 from .. import seeding
 from ..checks import boolean, int_at_least, number
-from ..engine.executor import SequentialExecutor
 from ..engine.stack import broadcast
 from ..errors import ConfigError
 from . import register
@@ -64,8 +63,7 @@ class FedAFA(OneShotPersonalization):
                 "FedAFA: phase II draws random numbers inside its local objective (not vmappable); "
                 "it runs on the sequential executor"
             )
-            ex = self.ctx.executor
-            self.executor = SequentialExecutor(precision=ex.precision, channels_last=False, eval_batch=ex.eval_batch)
+            self.executor = self.ctx.executor.sequential_twin(channels_last=False)
 
     def personalized_names(self):
         return self.trainable

@@ -163,6 +163,7 @@ class FedReMa(Algorithm):
     state_attrs = (
         "theta",
         "theta_buf",
+        "body_buf",
         "phi",
         "phi_buf",
         "G",
@@ -185,6 +186,7 @@ class FedReMa(Algorithm):
             ("plot_every", int_at_least(0)),
             ("head_update", one_of("simultaneous", "sequential_inplace")),
             ("head_pairing", one_of("by_id", "upload_order")),
+            ("bn_stats", one_of("local", "averaged")),
             *(
                 (k, boolean())
                 for k in ("symmetric_temperature", "ignore_self_gap", "ccp", "align", "alternate", "head_phase_clip")
@@ -202,6 +204,10 @@ class FedReMa(Algorithm):
         self.feature_dim = net.feature_dim
         w, bn = self.initial_model()
         self.theta, self.theta_buf = select(w, self.body_names), select(bn, self.body_bufs)  # θ (Eq. 6)
+        # BatchNorm running statistics (``bn_stats``): ``local`` = each client keeps its own, body and head (the code:
+        # set_base / set_head copy parameters only); ``averaged`` = they travel with their layer's parameters (body:
+        # n_k-weighted like θ, Eq. 6; head: mixed with the head weights, Eq. 7/10)
+        self.body_buf = broadcast(self.theta_buf, self.K) if hp.bn_stats == "local" else {}
         self.phi = broadcast(select(w, self.head_names), self.K)  # φ_k per client
         self.phi_buf = broadcast(select(bn, self.head_bufs), self.K)
         # local training: CE (Alg. 2) or +F's CE + λ·MSE(h, P̄_y); +A: the head (own optimizer phase), then the body
@@ -226,13 +232,15 @@ class FedReMa(Algorithm):
     def round(self, t, clients):
         m, hp = len(clients), self.hp
         n = self.n[clients.long()]
-        params = {**broadcast(self.theta, m), **rows(self.phi, clients)}  # {θ^(t-1), φ_k^(t-1)}
-        buffers = {**broadcast(self.theta_buf, m), **rows(self.phi_buf, clients)}
+        params, buffers = self.client_models(clients, t)  # {θ^(t-1), φ_k^(t-1)}
         res, metrics = self.client_update(t, clients, params, buffers)
         if hp.align:  # clients upload class means (+F)
             self.protos, self.has_proto = self.prototypes(t, clients, res)
         self.theta = weighted_mean(select(res.params, self.body_names), n)  # Eq. 6
-        self.theta_buf = weighted_mean(select(res.buffers, self.body_bufs), n)
+        if hp.bn_stats == "local":
+            set_rows(self.body_buf, clients, select(res.buffers, self.body_bufs))
+        else:
+            self.theta_buf = weighted_mean(select(res.buffers, self.body_bufs), n)
         heads, head_buf = select(res.params, self.head_names), select(res.buffers, self.head_bufs)
 
         S = self.similarity(t, clients, heads, head_buf)  # Eq. 5 (every round, as the code)
@@ -253,7 +261,7 @@ class FedReMa(Algorithm):
             perm = torch.as_tensor(seeding.rng(self.seed, "upload_order", t).permutation(m))
         M = head_mixing(W, hp.head_update, perm)
         set_rows(self.phi, clients, mix(heads, M))  # φ_k^(t) = Σ_i M_ki φ̂_i
-        set_rows(self.phi_buf, clients, mix(head_buf, M))
+        set_rows(self.phi_buf, clients, head_buf if hp.bn_stats == "local" else mix(head_buf, M))
         metrics.update(self.diagnostics(t, clients, S, A, gaps, was_ccp))
         return metrics
 
@@ -359,11 +367,10 @@ class FedReMa(Algorithm):
 
     # ---- evaluation & end of run ---------------------------------------------------------------------
     def client_models(self, clients, t):
+        """Client k's model: the global body θ with its body BatchNorm statistics (``bn_stats``), its head φ_k."""
         m = len(clients)
-        return (
-            {**broadcast(self.theta, m), **rows(self.phi, clients)},
-            {**broadcast(self.theta_buf, m), **rows(self.phi_buf, clients)},
-        )
+        body_buf = rows(self.body_buf, clients) if self.hp.bn_stats == "local" else broadcast(self.theta_buf, m)
+        return {**broadcast(self.theta, m), **rows(self.phi, clients)}, {**body_buf, **rows(self.phi_buf, clients)}
 
     def finish(self, run_dir) -> dict:
         """The dependency map G (saved and drawn), its Eq. 10 weights, the per-round MDS history; CCP summary."""

@@ -109,6 +109,14 @@ class Executor:
         self.loop_mode: Callable | None = None  # a context entered around every step loop (diagnostics: syncs.py)
         self.dropped_samples = 0  # in steps of one sample that BatchNorm cannot train on (_steps_to_train)
         self._said: set = set()
+        self.root: Executor = self  # the run's executor; a twin (sequential_twin) counts and speaks through it
+
+    def sequential_twin(self, **kw) -> "SequentialExecutor":
+        """A sequential executor for the jobs a method cannot vectorize, counting its dropped samples in this one and
+        saying each note once for both."""
+        twin = SequentialExecutor(precision=self.precision, eval_batch=self.eval_batch, **kw)
+        twin.root, twin._said, twin.loop_mode = self.root, self.root._said, self.loop_mode
+        return twin
 
     def autocast(self, device: torch.device):
         if self.precision == "bf16":
@@ -133,7 +141,7 @@ class Executor:
         steps = sum(map(sum, single))
         if not steps or not job.fm.batch_of_one_fails(job.x):
             return job.schedule
-        self.dropped_samples += steps * job.pack
+        self.root.dropped_samples += steps * job.pack
         self._say_once(
             "one sample",
             f"fedbench: dropped {steps} local step(s) of a single sample ({steps * job.pack} sample(s), "
@@ -282,9 +290,7 @@ class VectorizedExecutor(Executor):
                 "model has a layer that reads the whole batch), and its clients' batches differ in size: "
                 "those jobs run on the sequential executor (same results, slower); see fedbench/engine/masking.py",
             )
-            seq = SequentialExecutor(precision=self.precision, eval_batch=self.eval_batch)
-            seq.loop_mode = self.loop_mode
-            return seq.train(job, (pl, aug))
+            return self.sequential_twin().train(job, (pl, aug))
         m_count, dev = len(job.schedule), job.x.device
         order = pl.order
         perm = None if order == list(range(m_count)) else torch.tensor(order)

@@ -159,6 +159,16 @@ def make_optimizer(cfg, params, lr: float) -> torch.optim.Optimizer:
     return torch.optim.Adam(params, lr=lr, weight_decay=float(o.weight_decay), **extra)
 
 
+def client_optimizer(fed: Federation, params, lr: float, opt_state: dict | None) -> torch.optim.Optimizer:
+    """The run's optimizer over ``params`` at ``lr``, continuing from ``opt_state`` (a state_dict) if given."""
+    opt = make_optimizer(fed.cfg, params, lr)
+    if opt_state is not None:
+        opt.load_state_dict(opt_state)
+        for g in opt.param_groups:
+            g["lr"] = lr
+    return opt
+
+
 class Stats:
     clipped = 0  # steps whose gradient norm was clipped (so a test can check clipping was exercised)
 
@@ -180,11 +190,7 @@ def local_sgd(
     Returns (mean loss over the steps, the optimizer's state_dict after them).
     """
     params = list(model.parameters())
-    opt = make_optimizer(fed.cfg, params, lr)
-    if opt_state is not None:
-        opt.load_state_dict(opt_state)
-        for g in opt.param_groups:
-            g["lr"] = lr
+    opt = client_optimizer(fed, params, lr, opt_state)
     clip = fed.cfg.optim.clip_grad_norm
     model.train()
     total = 0.0
