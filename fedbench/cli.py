@@ -351,9 +351,11 @@ def _task(cfg: DictConfig):
     run_dir = Path(hc.runtime.output_dir)
     provenance = {"config.yaml": cfg, "hydra.yaml": HydraConfig.instance().cfg, "overrides.yaml": hc.overrides.task}
     outcome, error, code = "complete", None, 0
-    started = time.time()
+    started, skipped = time.time(), False
     try:
-        summary = Run(cfg, run_dir, group=group, provenance=provenance).execute()
+        run = Run(cfg, run_dir, group=group, provenance=provenance)
+        summary = run.execute()
+        skipped = run.skipped
     except Preempted as e:
         saved = getattr(e, "checkpoint", None)
         where = f"checkpoint saved in {run_dir}" if saved else f"nothing to save yet in {run_dir}"
@@ -385,7 +387,9 @@ def _task(cfg: DictConfig):
                 "status": outcome,
                 "error": error,
                 "overrides": list(hc.overrides.task),
-                "seconds": round(time.time() - started, 1),
+                # a complete run found in place: the time it took then, not the moment it took to skip it
+                "seconds": summary.get("wall_time") if skipped else round(time.time() - started, 1),
+                "skipped": skipped,
             },
         )
     return summary.get("metrics") if summary else None
@@ -463,7 +467,25 @@ def complete_experiment(args: list[str]) -> bool:
     return True
 
 
+DIR_KEYS = ("hydra.sweep.dir=", "hydra.run.dir=")
+
+
+def quote_dirs(argv: list[str]) -> list[str]:
+    """``hydra.sweep.dir=<a sweep's own dir>`` as fedbench printed it (``outputs/multirun/seed=0,1``): Hydra's override
+    grammar reads ``=`` and ``,`` in a value as syntax, so an unquoted dir value is quoted for it."""
+
+    def quoted(a: str) -> str:
+        key, _, v = a.partition("=")
+        if not v or v[0] in "'\"" or not any(c in v for c in "=,[]{}()' "):
+            return a
+        q = '"' if "'" in v else "'"
+        return f"{key}={q}{v}{q}"
+
+    return [quoted(a) if a.startswith(DIR_KEYS) else a for a in argv]
+
+
 def main() -> None:
+    sys.argv[1:] = quote_dirs(sys.argv[1:])
     args = sys.argv[1:]
     SWEEP_FAILED.clear()  # a failed job of an earlier sweep run in this process (tests, notebooks) is not this one's
     if any(a in ("--shell-completion", "-sc") for a in args) and complete_experiment(args):

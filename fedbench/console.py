@@ -78,7 +78,8 @@ def end_lines(run_dir: Path, summary: dict, rounds: int, wall: float) -> list[st
         if s:
             parts.append(
                 f"{k} best {s['best']:.4f} (round {s['best_round']}), last {s['last']:.4f}, "
-                f"final {s['final']:.4f} (mean of the last evaluations, eval.final_window)"
+                f"final {s['final']:.4f} (mean of the last {s['final_n']} evaluation{'s' * (s['final_n'] != 1)} after "
+                "round 0, eval.final_window)"
             )
     return [
         f"fedbench: {summary.get('status', 'done')}, {rounds} round{'s' * (rounds != 1)} in {clock(wall)}; "

@@ -102,7 +102,9 @@ class Evaluator:
 
 
 def summarize(history: list[dict], final_window: int) -> dict:
-    """best (max over evaluations), final (mean of the last ``final_window`` evaluations), last, best_round."""
+    """best (max over evaluations) and its round, last, and final: the mean of the last ``final_window`` evaluations
+    after training began (round 0, the untrained model, counts only when nothing else was evaluated), with
+    ``final_n`` the number of evaluations it averages."""
     out = {}
     keys = sorted(
         {
@@ -118,10 +120,13 @@ def summarize(history: list[dict], final_window: int) -> dict:
             continue
         rounds, vals = zip(*pts)
         i = int(np.argmax(vals))
+        trained = [v for r, v in pts if r > 0] or list(vals)
+        window = trained[-final_window:]
         out[k] = {
             "best": float(vals[i]),
             "best_round": int(rounds[i]),
-            "final": float(np.mean(vals[-final_window:])),
+            "final": float(np.mean(window)),
+            "final_n": len(window),
             "last": float(vals[-1]),
         }
     return out

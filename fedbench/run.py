@@ -57,6 +57,7 @@ class Run:
             self.rundir.refused(e)
             raise
         done = self.rundir.previous(owner=False)  # read-only: skip a complete run, refuse a different config
+        self.skipped = done is not None
         if done is not None:
             return done
         with self.rundir.locked():

@@ -133,26 +133,43 @@ def lost_jobs(sweep: Path, launch: str) -> None:
         print(f"fedbench: the launcher stopped the sweep early; see {sweep}/", file=sys.stderr, flush=True)
 
 
+def planned_jobs() -> int:
+    """The number of jobs the running multirun was launched with (0 when not known)."""
+    return int(os.environ.get("FEDBENCH_SWEEP_JOBS") or 0)
+
+
 def summarize(sweep: Path, rows: list[dict]) -> bool:
-    """Print the sweep's table of jobs and the report command (stdout), then the summary line if a job failed (stderr;
-    remembered for the exit code); True if one did."""
+    """Print the sweep's table of jobs and the report command (stdout), then the summary line if a job failed or never
+    started (stderr; remembered for the exit code); True if one did."""
     print(jobs_table(sweep, rows), f"fedbench-report {sweep}", sep="\n", flush=True)
     bad = sorted((r for r in rows if r.get("status") != "complete"), key=lambda r: r.get("job") or 0)
+    unstarted = max(0, planned_jobs() - len(rows))
     if not bad:
-        return False
+        if unstarted:
+            print(f"fedbench: {not_started(unstarted)}", file=sys.stderr, flush=True)
+            SWEEP_FAILED.append(1)
+        return bool(unstarted)
     kinds: dict[str, int] = {}
     for r in bad:
         kinds[r.get("status")] = kinds.get(r.get("status"), 0) + 1
     names = [os.path.relpath(r["dir"], sweep) for r in bad]
     shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+    why = ", ".join(f"{n} {k}" for k, n in kinds.items())
     print(
-        f"fedbench: {len(bad)} of {len(rows)} runs failed ({', '.join(f'{n} {k}' for k, n in kinds.items())}); "
-        f"see status.json in {sweep}/: {shown}",
+        f"fedbench: {len(bad)} of {len(rows) + unstarted} runs failed ({why}); see status.json in {sweep}/: {shown}"
+        + (f"; {not_started(unstarted)}" if unstarted else ""),
         file=sys.stderr,
         flush=True,
     )
     SWEEP_FAILED.append(1)
     return True
+
+
+def not_started(n: int) -> str:
+    return (
+        f"{n} job{'s' * (n != 1)} never started: the same command runs them (complete jobs are skipped, "
+        "a stopped one resumes)"
+    )
 
 
 def job_table(sweep: Path, rows: list[dict]) -> tuple[list[str], list[list]]:
@@ -172,7 +189,7 @@ def job_table(sweep: Path, rows: list[dict]) -> tuple[list[str], list[list]]:
             [
                 None if r.get("job") is None else r["job"] + 1,
                 shown or "-",
-                str(r.get("status")),
+                str(r.get("status")) + (" (earlier run)" if r.get("skipped") else ""),
                 m.get("best"),
                 m.get("final"),
                 r["seconds"] if isinstance(r.get("seconds"), (int, float)) else None,
@@ -198,6 +215,8 @@ def jobs_table(sweep: Path, rows: list[dict]) -> str:
         )
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     done = sum(r.get("status") == "complete" for r in rows)
-    lines = [f"fedbench: sweep {sweep}: {done} of {len(rows)} jobs complete"]
+    unstarted = max(0, planned_jobs() - len(rows))
+    tail = f", {unstarted} not started" if unstarted else ""
+    lines = [f"fedbench: sweep {sweep}: {done} of {len(rows) + unstarted} jobs complete{tail}"]
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table]
     return "\n".join(lines)

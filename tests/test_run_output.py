@@ -184,8 +184,10 @@ def test_each_job_has_its_header_rounds_and_end_lines_also_in_its_run_log(sweep)
         assert log[-2].startswith("fedbench: complete, 1 round in ")
         assert (
             f"pers/acc best {best['best']:.4f} (round {best['best_round']}), last {best['last']:.4f}, "
-            f"final {best['final']:.4f} (mean of the last evaluations, eval.final_window)"
+            f"final {best['final']:.4f} (mean of the last 1 evaluation after round 0, eval.final_window)"
         ) in log[-2]
+        # issue 36.8: the final window (5) leaves out round 0, the untrained model: one round → final = last
+        assert best["final"] == best["last"] and best["final_n"] == 1
         assert [ln.split()[1] for ln in log if ln.startswith("round ")] == ["0/1", "1/1"]
         i = out.index(log[0])
         assert out[i : i + len(log)] == log  # the same lines on stdout, in one block
@@ -317,3 +319,75 @@ def test_a_single_run_under_a_stale_sweep_environment_is_not_a_sweep(tmp_path):
             if k in os.environ
         }
     assert left == {}
+
+
+def test_a_sweep_stopped_by_ctrl_c_counts_the_jobs_that_never_started(tmp_path):
+    """Issue 36.9: Ctrl-C in job 1 of 3 — the end table counts all 3 jobs and says 2 never started, the summary line
+    says how to run them; the stopped job is ``preempted``, not lost."""
+    import signal
+
+    d = tmp_path / "sweep"
+    p = subprocess.Popen(
+        [*CLI, "-m", "seed=0,1,2", "rounds=100000", "clients=3", "logger=none", "hardware.threads=1"]
+        + [f"hydra.sweep.dir={d}"],
+        cwd=tmp_path,
+        env=env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.time() + 300
+    while time.time() < deadline:  # until job 1 has finished a round (its signal guard is in place)
+        states = [json.loads(s.read_text() or "{}") for s in d.glob("*/status.json")] if d.exists() else []
+        if any(st.get("round", 0) >= 1 for st in states):
+            break
+        time.sleep(0.2)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=300)
+    assert p.returncode != 0
+    assert "fedbench: sweep " + str(d) + ": 0 of 3 jobs complete, 2 not started" in out.splitlines()
+    assert "1 of 3 runs failed (1 preempted)" in err and "2 jobs never started: the same command runs them" in err
+
+
+def test_quote_dirs_quotes_a_dir_value_hydra_would_parse_as_syntax():
+    from fedbench.cli import quote_dirs
+
+    assert quote_dirs(["hydra.sweep.dir=outputs/multirun/seed=0,1", "seed=0,1,2", "hydra.run.dir=a b"]) == [
+        "hydra.sweep.dir='outputs/multirun/seed=0,1'",
+        "seed=0,1,2",  # a sweep, not a dir
+        "hydra.run.dir='a b'",
+    ]
+    assert quote_dirs(["hydra.sweep.dir=it's=1", "hydra.sweep.dir='x=1'", "hydra.run.dir=plain/dir"]) == [
+        'hydra.sweep.dir="it\'s=1"',
+        "hydra.sweep.dir='x=1'",
+        "hydra.run.dir=plain/dir",
+    ]
+
+
+def test_a_method_added_to_a_sweep_dir_as_printed_skips_the_done_jobs_and_shows_their_own_time(tmp_path):
+    """Issue 36.7: the auto sweep dir fedbench printed (``outputs/multirun/seed=0,...``) is given back unquoted with
+    one more job: it parses, the complete job is skipped and its row shows the time that run took, not the skip's."""
+    first = subprocess.run(
+        [*CLI, "-m", "seed=0", "rounds=1", "clients=3", "logger=none", "hardware.threads=1"],
+        cwd=tmp_path,
+        env=env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    d = first.stdout.splitlines()[-1].removeprefix("fedbench-report ")
+    assert "=" in d and (tmp_path / d).is_dir()
+    again = subprocess.run(
+        [*CLI, "-m", "seed=0,1", "rounds=1", "clients=3", "logger=none", "hardware.threads=1", f"hydra.sweep.dir={d}"],
+        cwd=tmp_path,
+        env=env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert again.returncode == 0, again.stderr
+    rows = [json.loads(ln) for ln in (tmp_path / d / "jobs.jsonl").read_text().splitlines()]
+    skipped = rows[-2] if rows[-2]["job"] == 0 else rows[-1]
+    wall = json.loads((Path(skipped["dir"]) / "summary.json").read_text())["wall_time"]
+    assert skipped["skipped"] and skipped["seconds"] == wall
+    assert any(ln.startswith("1 ") and "complete (earlier run)" in ln for ln in again.stdout.splitlines())
