@@ -246,25 +246,42 @@ def round_table(run_dir: Path) -> None:
         w.writerow(["" if not isinstance(row.get(k), (int, float)) else row[k] for k in columns])
     with files.atomic(run_dir / "metrics.csv") as f:
         f.write(buf.getvalue())
-    curves(rows, run_dir / "curves.png")
+    curves(rows, run_dir / "curves.png", run_title(run_dir))
 
 
-def curves(rows: list[dict], path: Path) -> Path:
+def run_title(run_dir: Path) -> str:
+    """``fedavg on digits, seed 0 (<run dir name>)`` from the run's config.yaml (the dir's name alone without it)."""
+    import yaml
+
+    try:
+        cfg = yaml.safe_load((Path(run_dir) / "config.yaml").read_text()) or {}
+        what = f"{cfg['algorithm']['name']} on {cfg['dataset']['name']}, seed {cfg['seed']} "
+    except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError):
+        what = ""
+    return f"{what}({Path(run_dir).name})" if what else Path(run_dir).name
+
+
+def curves(rows: list[dict], path: Path, title: str | None = None) -> Path:
     """``curves.png``: :func:`curves_figure`, saved."""
     from .plots import save
 
-    return save(curves_figure(rows), path)
+    return save(curves_figure(rows, title), path)
 
 
-def curves_figure(rows: list[dict]):
-    """Accuracy (left) and training loss (right) against the round."""
+def curves_figure(rows: list[dict], title: str | None = None):
+    """Accuracy in % (left) and training loss (right) against the round, the run named in the title."""
     from .plots import figure, integer_ticks
 
     fig, (acc, loss) = figure(ncols=2, width=5.2)
+    if title:
+        fig.suptitle(title)
     first, last = rows[0]["round"], rows[-1]["round"]
-    for ax, keys, label in ((acc, HEADLINE, "accuracy"), (loss, ("train/loss",), "training loss")):
+    for ax, keys, label in ((acc, HEADLINE, "accuracy (%)"), (loss, ("train/loss",), "training loss")):
+        scale = 100.0 if ax is acc else 1.0
         for k in keys:
-            pts = [(r["round"], r[k]) for r in rows if isinstance(r.get(k), (int, float)) and math.isfinite(r[k])]
+            pts = [
+                (r["round"], scale * r[k]) for r in rows if isinstance(r.get(k), (int, float)) and math.isfinite(r[k])
+            ]
             if pts:
                 ax.plot(*zip(*pts), marker="o" if len(pts) < 30 else None, markersize=3, label=LABELS[k])
         ax.set_xlabel("round")

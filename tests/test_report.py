@@ -358,3 +358,32 @@ def test_a_metric_no_run_has_is_refused_with_those_they_have(tmp_path, capsys):
     assert err.count("\n") == 1 and "--metric 'nosuch/metric'" in err and "they have: global/acc" in err
     assert not (tmp_path / "sweep" / "report").exists()
     assert report_main([str(tmp_path / "sweep"), "--metric", "global/acc", "--no-plots"]) == 0
+
+
+def test_runs_of_one_method_and_seed_on_different_datasets_are_refused_split_or_pooled(tmp_path, capsys):
+    """Issue #36 (plots/report): `fedbench-report outputs/runs` averaged a digits and a synthetic FedAvg run into one
+    cell with only a warning. Now: refused in one line naming the key and its values (exit 2, nothing written);
+    ``--split dataset.name`` gives one table per dataset with each run's own numbers; ``--pool`` averages, warning."""
+    from fedbench.report import main as report_main
+
+    dirs = []
+    for name, acc in (("digits", [0.1, 0.7]), ("synthetic", [0.1, 0.3])):
+        d = write_run(tmp_path / name, "fedavg", 0, None, acc=acc)
+        cfg = yaml.safe_load((d / "config.yaml").read_text())
+        cfg["dataset"] = {"name": name}
+        cfg["hardware"] = {"threads": 1 if name == "digits" else 2}  # where it ran: never a reason to refuse
+        (d / "config.yaml").write_text(yaml.safe_dump(cfg))
+        dirs.append(str(tmp_path / name))
+    out = tmp_path / "report"
+    assert report_main([*dirs, "--no-plots", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "differ in dataset.name (digits, synthetic):" in err and "threads" not in err
+    assert "--split dataset.name" in err and not out.exists()
+    assert report_main([*dirs, "--no-plots", "--out", str(out), "--split", "dataset.name"]) == 0
+    for name, best in (("digits", 70.0), ("synthetic", 30.0)):
+        cells = _csv(out / f"runs_global_acc_{name}.csv")
+        assert float(cells[("fedavg", "Best")]["ours_mean"]) == pytest.approx(best)
+    assert report_main([*dirs, "--no-plots", "--out", str(tmp_path / "pooled"), "--pool"]) == 0
+    cells = _csv(tmp_path / "pooled" / "runs_global_acc.csv")
+    assert float(cells[("fedavg", "Best")]["ours_mean"]) == pytest.approx(50.0)
+    assert "several runs with seed 0" in (tmp_path / "pooled" / "runs_global_acc.md").read_text()

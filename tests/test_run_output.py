@@ -241,6 +241,14 @@ def test_the_curves_have_whole_rounds_on_the_x_axis_and_are_at_least_1000_px_wid
         shown = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
         assert shown and all(float(t).is_integer() for t in shown), shown
     assert [line.get_label() for line in fig.axes[0].lines] == ["personalized (pers/acc)", "global model (global/acc)"]
+    # issue 36 (plots): accuracy in % as in the reports, the run named in the title
+    from fedbench.console import run_title
+
+    rows = read_rounds(run_dir / "metrics.jsonl")
+    fig = curves_figure(rows, run_title(run_dir))
+    assert fig.axes[0].get_ylabel() == "accuracy (%)"
+    assert list(fig.axes[0].lines[0].get_ydata()) == pytest.approx([100 * r["pers/acc"] for r in rows])
+    assert fig._suptitle.get_text() == f"fedavg on digits, seed 0 ({run_dir.name})"
 
 
 def test_metrics_csv_after_a_resume_has_each_round_once_as_metrics_jsonl(tmp_path):

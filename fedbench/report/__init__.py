@@ -22,7 +22,7 @@ from .catalog import PAPERS, experiment_tables, list_tables, tables_markdown
 from .figures import curve_metrics, plot_curves, plot_vs_keys
 from .render import CSV_FIELDS, log_wandb, print_rich, to_csv, to_markdown, wandb_mode
 from .runs import NOT_RUN_DIRS, RunRecord, canon, collect, expected_jobs, load_run, neutral_keys
-from .tables import DERIVED, Cell, Column, Report, Table, decimals, default_table, fmt, group_tables
+from .tables import DERIVED, Cell, Column, Report, Table, decimals, default_table, fmt, group_tables, pooled_keys
 
 __all__ = [
     "CSV_FIELDS",
@@ -71,19 +71,34 @@ def report(
     band: str = "minmax",
     console=None,
     fmt: str = "rich",
+    split: str | None = None,
+    pool: bool = False,
 ) -> list[tuple[Report, list[Path]]]:
     """Every table found in ``dirs``: printed (``fmt``: a rich table, or the Markdown file's text), written to ``out``
-    (default ``<first dir>/report``), plotted, logged."""
+    (default ``<first dir>/report``), plotted, logged. Runs without a table node that would share a cell while they
+    differ in a config key (another dataset, model, rounds, ...) are refused (ValueError) unless ``split`` names a
+    key to make one table per value of, or ``pool`` averages them anyway (with a warning)."""
     runs = collect(dirs)
     if not runs:
         raise FileNotFoundError(f"no runs under {', '.join(map(str, dirs))}")
     present = sorted({m for r in runs for m in r.summary.get("metrics", {})})
     if metric is not None and present and metric not in present:
         raise ValueError(f"--metric {metric!r} — no run under {dirs[0]} has it; they have: {', '.join(present)}")
+    tables = group_tables(runs, metric, split)
+    for table in tables:
+        clash = pooled_keys(table) if table.paper == "runs" and not pool else {}
+        if clash:
+            shown = "; ".join(f"{k} ({', '.join(v)})" for k, v in list(clash.items())[:3])
+            more = f" and {len(clash) - 3} more keys" if len(clash) > 3 else ""
+            first = next(iter(clash))
+            raise ValueError(
+                f"runs of one method and seed differ in {shown}{more}: --split {first} makes one table per value, "
+                "--pool averages them anyway"
+            )
     out = Path(out) if out else Path(dirs[0]) / "report"
     out.mkdir(parents=True, exist_ok=True)
     done = []
-    for table in group_tables(runs, metric):
+    for table in tables:
         rep = Report(table)
         if fmt == "rich":
             print_rich(rep, console)
@@ -132,9 +147,27 @@ def main(argv=None) -> int:
         help="print each table as a terminal table (split in parts when wider than the terminal) or as "
         "the Markdown written to <out>/<table>.md",
     )
+    ap.add_argument(
+        "--split",
+        metavar="KEY",
+        help="runs without a table: node, one table per value of this config key (dataset.name)",
+    )
+    ap.add_argument(
+        "--pool", action="store_true", help="average runs of one method and seed that differ in a config key anyway"
+    )
     args = ap.parse_args(argv)
     try:
-        done = report(args.dirs, args.out, not args.no_plots, args.wandb, args.metric, args.band, fmt=args.fmt)
+        done = report(
+            args.dirs,
+            args.out,
+            not args.no_plots,
+            args.wandb,
+            args.metric,
+            args.band,
+            fmt=args.fmt,
+            split=args.split,
+            pool=args.pool,
+        )
     except FileNotFoundError as e:
         print(f"fedbench-report: {e}", file=sys.stderr)
         return 1

@@ -56,6 +56,56 @@ def default_table(runs: list[RunRecord], metric: str | None) -> dict:
     }
 
 
+# config keys that never make two runs incomparable (where and how a run ran, not what it computed)
+RUN_ONLY = (
+    "seed",
+    "hydra",
+    "logger",
+    "checkpoint",
+    "resume",
+    "data_root",
+    "cache_dir",
+    "dataset.root",
+    "dataset.download",
+    "hardware.threads",
+    "hardware.device",
+    "hardware.executor",
+    "hardware.workers",
+    "hardware.max_memory",
+)
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{key}."))
+        else:
+            out[key] = v
+    return out
+
+
+def pooled_keys(table: "Table") -> dict[str, list[str]]:
+    """The config keys in which runs of one cell and one seed differ (a default table would average them): {key: the
+    values}; keys of :data:`RUN_ONLY` (and below them) do not count."""
+    cells: dict = {}
+    for run, _ in table.members:
+        cells.setdefault((canon(run.key(table.rows)), canon(run.seed)), []).append(run)
+    out: dict = {}
+    for runs in cells.values():
+        if len(runs) < 2:
+            continue
+        flats = [_flat(r.config) for r in runs]
+        for k in sorted(set().union(*flats)):
+            if any(k == p or k.startswith(p + ".") for p in RUN_ONLY):
+                continue
+            values = sorted({str(f.get(k)) for f in flats})
+            if len(values) > 1:
+                out.setdefault(k, set()).update(values)
+    return {k: sorted(v) for k, v in out.items()}
+
+
 @dataclass
 class Table:
     spec: dict  # the table node (merged when several configs make one paper table)
@@ -104,14 +154,22 @@ class Table:
         return bool(p) and "acc" in path.split("@")[0].lower() and path not in DERIVED
 
 
-def group_tables(runs: list[RunRecord], metric: str | None = None) -> list[Table]:
+def group_tables(runs: list[RunRecord], metric: str | None = None, split: str | None = None) -> list[Table]:
     """Runs -> tables, one per (paper, id, title); configs that split one paper table into one metric column each
-    (same paper and id, no ``cols``, disjoint metric names, e.g. FedKA Table 1's datasets) are merged."""
+    (same paper and id, no ``cols``, disjoint metric names, e.g. FedKA Table 1's datasets) are merged. ``split``: runs
+    without a table node make one default table per value of that config key."""
     plain = [r for r in runs if not isinstance(r.config.get("table"), dict)]
     fallback = default_table(plain, metric) if plain else None
     groups: dict = {}
     for r in runs:
         spec = r.config.get("table") if isinstance(r.config.get("table"), dict) else fallback
+        if spec is fallback and split:
+            v = r.key(split)
+            spec = {
+                **fallback,
+                "id": f"{fallback['id']}_{_slug(str(v))}",
+                "title": f"{fallback['title']} — {split}={v}",
+            }
         for s in [spec, *_also(r, spec)]:
             groups.setdefault((str(s.get("paper")), str(s.get("id")), str(s.get("title"))), []).append((r, s))
     by_id: dict = {}
