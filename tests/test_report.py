@@ -387,3 +387,24 @@ def test_runs_of_one_method_and_seed_on_different_datasets_are_refused_split_or_
     cells = _csv(tmp_path / "pooled" / "runs_global_acc.csv")
     assert float(cells[("fedavg", "Best")]["ours_mean"]) == pytest.approx(50.0)
     assert "several runs with seed 0" in (tmp_path / "pooled" / "runs_global_acc.md").read_text()
+
+
+def test_a_sweep_given_twice_counts_once(tmp_path):
+    """`fedbench-report <sweep> <sweep>` read the sweep's runs once and then listed every job again as missing."""
+    from fedbench.report import collect
+
+    sweep = tmp_path / "sweep"
+    write_run(sweep, "fedavg", 0, None, acc=[0.1, 0.4])
+    (sweep / "multirun.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "hydra": {
+                    "sweeper": {"_target_": "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"},
+                    "overrides": {"task": ["algorithm=fedavg", "seed=0"]},
+                }
+            }
+        )
+    )
+    once = collect([sweep])
+    assert [r.status for r in once] == ["complete"]
+    assert [r.status for r in collect([sweep, sweep])] == ["complete"]

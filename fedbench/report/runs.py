@@ -230,11 +230,16 @@ def missing_run(job: dict, config: dict, choices: dict, order: tuple = (0, 0)) -
 def collect(paths) -> list[RunRecord]:
     """Every run under the given directories (run dirs, multirun dirs or folders of them), plus a ``missing``
     placeholder for each job a sweep's ``multirun.yaml`` expects but no run dir holds."""
-    runs, seen = [], set()
+    runs, seen = [], set()  # run dirs and sweep dirs read already (a dir given twice, or inside another, counts once)
     for position, p in enumerate(map(Path, paths)):
         if not p.is_dir():
             raise FileNotFoundError(f"not a directory: {p}")
-        sweeps = {d: neutral_keys(d) for d in _dirs(p) if (d / "multirun.yaml").exists()}
+        sweeps = {
+            d: neutral_keys(d)
+            for d in _dirs(p)
+            if (d / "multirun.yaml").exists() and ("sweep", d.resolve()) not in seen
+        }
+        seen.update(("sweep", d.resolve()) for d in sweeps)
         found = []
         for d in _dirs(p):
             if (d / ".hydra" / "hydra.yaml").exists() and d.resolve() not in seen:

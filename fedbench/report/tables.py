@@ -87,11 +87,13 @@ def _flat(d: dict, prefix: str = "") -> dict:
 
 
 def pooled_keys(table: "Table") -> dict[str, list[str]]:
-    """The config keys in which runs of one cell and one seed differ (a default table would average them): {key: the
-    values}; keys of :data:`RUN_ONLY` (and below them) do not count."""
+    """The config keys in which complete runs of one cell and one seed differ (a default table would average them):
+    {key: the values}; keys of :data:`RUN_ONLY` (and below them) and values not resolved (``${...}``: a run that never
+    started, read from its sweep's config) do not count."""
     cells: dict = {}
     for run, _ in table.members:
-        cells.setdefault((canon(run.key(table.rows)), canon(run.seed)), []).append(run)
+        if run.status == "complete":
+            cells.setdefault((canon(run.key(table.rows)), canon(run.seed)), []).append(run)
     out: dict = {}
     for runs in cells.values():
         if len(runs) < 2:
@@ -100,7 +102,7 @@ def pooled_keys(table: "Table") -> dict[str, list[str]]:
         for k in sorted(set().union(*flats)):
             if any(k == p or k.startswith(p + ".") for p in RUN_ONLY):
                 continue
-            values = sorted({str(f.get(k)) for f in flats})
+            values = sorted({str(f.get(k)) for f in flats if "${" not in str(f.get(k))})
             if len(values) > 1:
                 out.setdefault(k, set()).update(values)
     return {k: sorted(v) for k, v in out.items()}
