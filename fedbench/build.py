@@ -8,6 +8,8 @@ model's initial weights, drawn after ``seed_everything(seed, "init")`` right bef
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import torch
 from omegaconf import OmegaConf
@@ -77,7 +79,19 @@ def federated_data(cfg, device: torch.device, dtype: torch.dtype) -> FederatedDa
         seeding.rng(int(cfg.partition.seed), "partition"),
         attrs=dataset.attrs,
     )
-    return FederatedData.build(dataset, part, device, dtype, pin_memory=bool(cfg.hardware.pin_memory))
+    data = FederatedData.build(dataset, part, device, dtype, pin_memory=bool(cfg.hardware.pin_memory))
+    if cfg.drop_last:  # a client with fewer samples than a batch takes no step (its batches are all dropped)
+        sizes, b = data.train_sizes(), int(cfg.batch_size)
+        idle = int((sizes < b).sum())
+        if idle == len(sizes):
+            raise ConfigError(
+                "batch_size", b, f"at most {int(sizes.max())} with drop_last=true (the largest client's training "
+                "samples): every batch would be dropped and no client would train"
+            )  # fmt: skip
+        if idle:
+            print(f"fedbench: {idle} of {len(sizes)} clients hold fewer than batch_size={b} training samples: with "
+                  "drop_last=true they take no local step", file=sys.stderr)  # fmt: skip
+    return data
 
 
 def model(cfg, data: FederatedData, device: torch.device, dtype: torch.dtype):

@@ -66,7 +66,8 @@ class LocalModelMonitors(Callback):
 
 
 class Evaluation(Callback):
-    """The evaluator every ``eval_every`` rounds and after the last one (``time/eval``: its wall time)."""
+    """The evaluator every ``eval_every`` rounds and after the last one (``time/eval``: its wall time); at the end the
+    spread of the per-client accuracies at the best and the last round, ``client_spread.png`` (also to the loggers)."""
 
     def __init__(self, evaluator):
         self.evaluator = evaluator
@@ -76,6 +77,14 @@ class Evaluation(Callback):
             tic = time.perf_counter()
             metrics.update(self.evaluator(run.algorithm, t))
             metrics["time/eval"] = time.perf_counter() - tic
+
+    def on_end(self, run, summary: dict) -> None:
+        from .console import run_title
+        from .plots import save
+
+        fig = self.evaluator.spread_figure(run_title(run.run_dir))
+        if fig is not None:
+            run.loggers.image("client_spread", save(fig, run.run_dir / "client_spread.png"), int(run.cfg.rounds))
 
 
 class NewClientsEvaluation(Callback):

@@ -37,6 +37,7 @@ def fingerprint(cfg) -> str:
         d.pop(k, None)
     d.get("dataset", {}).pop("root", None)
     d.get("hardware", {}).pop("threads", None)
+    d.get("eval", {}).pop("protocol", None)  # what a table reports of the run, not what it computes (docs/protocol.md)
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

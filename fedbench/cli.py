@@ -11,10 +11,12 @@ import functools
 import gc
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import hydra
+import yaml
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
@@ -27,10 +29,21 @@ CONF_DIR = Path(os.environ.get("FEDBENCH_CONF", Path(__file__).resolve().parent.
 GROUPS = ("algorithm", "dataset", "partition", "model", "hardware", "logger", "experiment")
 
 
+CONFIG_DIRS: list[Path] = []  # --config-dir: more config groups, searched with conf/ (set by main)
+
+
 def options(group: str) -> list[str]:
-    """Options of a config group: yaml files under conf/<group>/, nested paths included."""
-    root = CONF_DIR / group
-    return sorted(str(p.relative_to(root).with_suffix("")) for p in root.rglob("*.yaml"))
+    """Options of a config group: yaml files under conf/<group>/ (and <--config-dir>/<group>/), nested paths
+    included."""
+    roots = [d / group for d in (CONF_DIR, *CONFIG_DIRS) if (d / group).is_dir()]
+    return sorted({str(p.relative_to(root).with_suffix("")) for root in roots for p in root.rglob("*.yaml")})
+
+
+def _searchpath() -> list[str]:
+    """The override that lets the precheck's compose see --config-dir's files, as Hydra's run will."""
+    if not CONFIG_DIRS:
+        return []
+    return ["hydra.searchpath=[" + ",".join(f"file://{d.resolve()}" for d in CONFIG_DIRS) + "]"]
 
 
 # top-level keys a run reads that conf/ does not define, so `+key=...` adds them (the only keys `+` may add):
@@ -111,11 +124,23 @@ def precheck(args: list[str]) -> None:
     from .config import validate
 
     raw = [a for a in args if ("=" in a or a.startswith("~")) and not a.startswith("-")]
+    for prev, a in zip(["", *args], args):
+        if not a.startswith("-") and "=" not in a and not a.startswith("~") and prev not in VALUED_FLAGS:
+            fail(f"invalid override {a!r} — key=value (e.g. {a}=...), ~{a} to remove it, or a flag such as -m")
     try:
         parsed = OverridesParser.create().parse_overrides(raw)
     except HydraException as e:
         fail(f"cannot parse overrides: {str(e).splitlines()[0]}")
     multirun = any(a in ("-m", "--multirun") for a in args)
+    for o in parsed:
+        if o.is_sweep_override() and not multirun:
+            fail(
+                f"invalid config: {o.input_line} — one value without -m: add -m to sweep over "
+                f"{', '.join(_values(o))}, or quote a value that holds a comma ({_key(o)}='a,b')"
+            )
+        if (o.is_add() or o.is_force_add()) and o.key_or_group.split("/")[0] in GROUPS and "/" not in o.key_or_group:
+            if o.key_or_group != "experiment":
+                fail(f"invalid config: {o.input_line} — {o.key_or_group} is always chosen: {o.input_line.lstrip('+')}")
     _check_output_dir(parsed, multirun)
     groups, keys, deleted = [], [], []
     seen: dict = {}
@@ -151,7 +176,7 @@ def precheck(args: list[str]) -> None:
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         try:
-            cfg = _defaults(tuple(base))
+            cfg = _defaults(tuple(_searchpath() + base))  # --config-dir's files too
         except HydraException:
             return  # let Hydra report what it cannot compose
         for key in deleted:
@@ -177,7 +202,7 @@ def precheck(args: list[str]) -> None:
                 todo.append(combo)
         for combo in todo:
             try:
-                composed = compose("config", overrides=combo)
+                composed = compose("config", overrides=_searchpath() + combo)
                 _resolve_all(composed, combo)
                 _check_types(cfg, composed, [o.key_or_group for o in keys if _node(cfg, o.key_or_group) is not None])
                 validate(composed)
@@ -327,14 +352,27 @@ def _check_output_dir(parsed, multirun: bool) -> None:
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     given = next((o for o in parsed if o.key_or_group == key and not o.is_delete()), None)
     template = _values(given)[0].strip("'\"") if given else ("outputs/multirun" if multirun else "outputs/runs/x")
+    if not template.strip():
+        fail(f"invalid config: {key}='' — a directory path (empty: the run would write into the current directory)")
     static = template.split("${", 1)[0]
     path = Path(static if static == template else os.path.dirname(static) or ".")
     while not path.exists() and path != path.parent:
         path = path.parent
     if path.exists() and not path.is_dir():
         fail(f"invalid config: {key}={template!r} — a directory path ({path} is an existing file)")
-    if path.exists() and not os.access(path, os.W_OK | os.X_OK):
+    if path.exists() and not _can_make_dir_in(path):
         fail(f"invalid config: {key}={template!r} — a writable location ({path} is not writable)")
+
+
+def _can_make_dir_in(path: Path) -> bool:
+    """Whether a directory can be made in ``path`` — tried (and removed): access() says yes to root for /proc."""
+    if not os.access(path, os.W_OK | os.X_OK):
+        return False
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".fedbench-probe-", dir=path))
+    except OSError:
+        return False
+    return True
 
 
 OmegaConf.register_new_resolver("fb_help_groups", help_groups, replace=True)  # conf/hydra/help/fedbench.yaml
@@ -484,8 +522,29 @@ def quote_dirs(argv: list[str]) -> list[str]:
     return [quoted(a) if a.startswith(DIR_KEYS) else a for a in argv]
 
 
+VALUED_FLAGS = {"--config-path", "-cp", "--config-dir", "-cd", "--config-name", "-cn", "--experimental-rerun", "--cfg",
+                "-c", "--package", "-p"}  # flags whose next word is their value  # fmt: skip
+INFO_CHOICES = {"all", "config", "defaults", "defaults-tree", "plugins", "searchpath"}
+
+
+def flags_first(argv: list[str]) -> list[str]:
+    """The flags (with their values) before the overrides: Hydra's parser takes the overrides as one positional run,
+    so ``rounds=1 --config-dir d algorithm=x`` would stop at ``algorithm=x`` ("unrecognized arguments")."""
+    flags, overrides, i = [], [], 0
+    while i < len(argv):
+        a = argv[i]
+        if a.startswith("-") and not a.startswith("~"):
+            takes = a in VALUED_FLAGS or (a in ("--info", "-i") and i + 1 < len(argv) and argv[i + 1] in INFO_CHOICES)
+            flags += argv[i : i + 1 + takes]
+            i += 1 + takes
+        else:
+            overrides.append(a)
+            i += 1
+    return flags + overrides
+
+
 def main() -> None:
-    sys.argv[1:] = quote_dirs(sys.argv[1:])
+    sys.argv[1:] = flags_first(quote_dirs(sys.argv[1:]))
     args = sys.argv[1:]
     SWEEP_FAILED.clear()  # a failed job of an earlier sweep run in this process (tests, notebooks) is not this one's
     if any(a in ("--shell-completion", "-sc") for a in args) and complete_experiment(args):
@@ -494,6 +553,7 @@ def main() -> None:
         a in ("--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc") or a.startswith("--info")
         for a in args
     ):
+        _check_config_files(args)
         precheck(args)
         if note := table_note(args):
             print(f"fedbench: {note}", file=sys.stderr)
@@ -510,6 +570,36 @@ def main() -> None:
         raise
     if SWEEP_FAILED:  # the sweep's summary line was printed by SweepSummary
         sys.exit(1)
+
+
+def _check_config_files(args: list[str]) -> None:
+    """The YAML files of a ``--config-path`` / ``--config-dir`` parse: one line naming the file, line and problem
+    (Hydra would print a parser traceback)."""
+    given: dict[str, list[str]] = {"path": [], "name": []}
+    for i, a in enumerate(args):
+        for flag, kind in (("--config-path", "path"), ("-cp", "path"), ("--config-dir", "path"), ("-cd", "path"),
+                           ("--config-name", "name"), ("-cn", "name")):  # fmt: skip
+            if a == flag and i + 1 < len(args):
+                given[kind].append(args[i + 1])
+            elif a.startswith(flag + "="):
+                given[kind].append(a.split("=", 1)[1])
+    dirs = given["path"]
+    CONFIG_DIRS[:] = [Path(a.split("=", 1)[1] if "=" in a else args[i + 1]) for i, a in enumerate(args)
+                      if a.split("=", 1)[0] in ("--config-dir", "-cd") and ("=" in a or i + 1 < len(args))]  # fmt: skip
+    for name in given["name"]:
+        where = [Path(d) for d in dirs] + [CONF_DIR]
+        if not any((d / f"{name.removesuffix('.yaml')}.yaml").is_file() for d in where):
+            have = sorted({f.stem for d in where if d.is_dir() for f in d.glob("*.yaml")})
+            fail(f"invalid config: --config-name={name!r} — a config file in {', '.join(map(str, where))}: one of "
+                 f"{', '.join(have)}")  # fmt: skip
+    for d in dirs:
+        for f in sorted(Path(d).rglob("*.yaml")) if Path(d).is_dir() else []:
+            try:
+                yaml.safe_load(f.read_text())
+            except (yaml.YAMLError, UnicodeDecodeError) as e:
+                mark = getattr(e, "problem_mark", None)
+                where = f"{f}, line {mark.line + 1}" if mark else str(f)
+                fail(f"invalid config: {where} is not valid YAML — {getattr(e, 'problem', None) or e}")
 
 
 def _given_sweep_dir(argv: list[str]) -> Path:

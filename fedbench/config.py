@@ -15,13 +15,14 @@ from omegaconf import OmegaConf
 from .checks import boolean, device, int_at_least, is_int, list_of, number, one_of, text
 from .errors import ConfigError
 
+MAX_ROUNDS = 10**7  # far beyond any paper (1,500); a larger count is a typo, and overflows the ETA's clock
 F32_MAX = 3.4e38  # a larger learning rate is inf in float32: the first step would wipe the model
 
 
 CHECKS: dict[str, tuple] = {
     "seed": int_at_least(0),
     "partition.seed": int_at_least(0),
-    "rounds": int_at_least(1),
+    "rounds": (lambda v: is_int(v) and 1 <= v <= MAX_ROUNDS, f"an integer >= 1 (at most {MAX_ROUNDS})"),
     "clients": int_at_least(1),
     "participation": number(0, 1, lo_open=True),
     "local_epochs": int_at_least(1),
@@ -74,6 +75,28 @@ CHECKS: dict[str, tuple] = {
     "dataset.cache": boolean(),
     "dataset.download": boolean(),
     "partition.test_fraction": number(0, 1, lo_open=True, hi_open=True),
+    "partition.alpha": (lambda v: number(0, None, lo_open=True)[0](v), "a number with 0 < alpha"),  # Dirichlet
+    "partition.shards_per_client": int_at_least(1),
+    # model widths (each applies where the model has it): a zero-width layer would train nothing
+    "model.channels": list_of(lambda x: is_int(x) and x >= 1, "a list of integers >= 1 (one per conv layer)"),
+    "model.hidden": list_of(lambda x: is_int(x) and x >= 1, "a list of integers >= 1 (one per hidden layer)"),
+    "model.head_hidden": list_of(lambda x: is_int(x) and x >= 1, "a list of integers >= 1 (one per head layer)"),
+    "model.modulator_hidden": list_of(lambda x: is_int(x) and x >= 1, "a list of integers >= 1"),
+    "model.kernel_size": int_at_least(1),
+    "model.padding": int_at_least(0),
+    "dataset.augment": (
+        lambda v: (
+            v is None
+            or (
+                hasattr(v, "keys")
+                and set(v.keys()) <= {"crop_padding", "hflip"}
+                and is_int(v.get("crop_padding", 4))
+                and v.get("crop_padding", 4) >= 0
+                and isinstance(v.get("hflip", True), bool)
+            )
+        ),
+        "null or {crop_padding: an integer >= 0, hflip: true | false} (random crop and horizontal flip)",
+    ),
     "checkpoint.every": int_at_least(0),
     "checkpoint.keep": int_at_least(1),
     "checkpoint.keep_complete": int_at_least(0),
@@ -137,6 +160,9 @@ def validate(cfg) -> None:
             ev.get("personalized"),
             "true, or eval.global_model or eval.new_clients.enabled true: the run would measure nothing",
         )
+    from .protocol import check as check_protocol
+
+    check_protocol(cfg)
     clients = cfg.get("clients")
     if is_int(clients) and clients >= 1 and float(cfg.participation) * clients < 0.5:  # build.py: max(1, round(.))
         raise ConfigError(

@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
 from . import files
 
 LOG_NAME = "run.log"
@@ -64,6 +66,10 @@ def header_lines(run, start_round: int) -> list[str]:
         f"fedbench: {what}",
         f"fedbench: device {run.device}, executor {executor}, precision {cfg.hardware.precision}",
     ]
+    if OmegaConf.select(cfg, "eval.protocol", default=None) is not None:
+        from .protocol import line
+
+        lines.append(f"fedbench: protocol: {line(cfg)}")
     if start_round:
         lines.append(f"fedbench: resumed after round {start_round}")
     return lines

@@ -1,5 +1,6 @@
 """Evaluation: personalized accuracy (each client's model on its own test split) and global-model
-accuracy (on the global test set), with per-client and per-class detail; best/final summaries.
+accuracy (on the global test set), with per-client and per-class detail, the spread over clients (worst 10 %,
+percentiles; many/medium/few-shot classes on long-tailed data) and its picture; best/final summaries.
 
 The same for every method: an algorithm's own predictors and metrics come in through its hooks
 (:meth:`Algorithm.client_logits`, :meth:`Algorithm.class_acc_metrics`), the metrics from fedbench/metrics.py."""
@@ -10,7 +11,16 @@ import numpy as np
 import torch
 
 from .algorithms.base import Algorithm
-from .metrics import class_counts, confusion_counts, designated_class_accuracy, present_class_accuracy
+from .metrics import (
+    class_counts,
+    client_spread,
+    confusion_counts,
+    designated_class_accuracy,
+    present_class_accuracy,
+    shot_accuracy,
+)
+
+SUMMARIZED = ("acc", "acc_mean", "acc_present_classes", "acc_worst10", "acc_p10", "acc_p50", "acc_p90")  # key endings
 
 
 class Evaluator:
@@ -38,7 +48,7 @@ class Evaluator:
         has = n > 0
         cls_acc = np.divide(correct, total, out=np.zeros_like(correct, dtype=float), where=total > 0)
         present_acc = present_class_accuracy(cls_acc, data.counts, total)
-        self.last["pers_client_acc"] = acc.tolist()
+        self.last["pers_client_acc"], self.last["pers_round"] = acc.tolist(), t
         self.last["pers_class_acc"] = np.divide(
             correct.sum(0), total.sum(0), out=np.zeros(C), where=total.sum(0) > 0
         ).tolist()
@@ -49,11 +59,35 @@ class Evaluator:
             "pers/acc_std": float(acc[has].std()),
             "pers/acc_present_classes": float(np.nanmean(present_acc)),
         }
+        out.update({f"pers/acc_{k}": v for k, v in client_spread(acc[has]).items()})  # over the K' clients
+        if "class_sizes" in data.info:  # the long-tailed partition (ECL §4.1): many/medium/few-shot classes
+            out.update({f"pers/{g}_acc": v for g, v in shot_accuracy(correct, total, data.counts.sum(0)).items()})
+        self.keep_best(t, out["pers/acc"], acc)
         out.update(algo.class_acc_metrics(np.where(total > 0, cls_acc, np.nan)))  # the method's own
         for part, a in designated_class_accuracy(cls_acc, data.info).items():
             self.last[f"pers_client_{part}_acc"] = a.tolist()
             out[f"pers/{part}_acc"] = float(a.mean())
         return out
+
+    def keep_best(self, t: int, pers_acc: float, client_acc: np.ndarray) -> None:
+        """The per-client accuracies of the best evaluation so far by ``pers/acc`` (the first of equal ones, as
+        :func:`summarize`'s ``best_round``) in ``last`` (``pers_client_acc_best``, round ``pers_best_round``): kept in
+        checkpoints with the rest of ``last``, drawn with the last ones in ``client_spread.png``."""
+        if "pers_best_round" not in self.last or pers_acc > self.last["pers_best_acc"]:
+            self.last.update(pers_best_round=t, pers_best_acc=pers_acc, pers_client_acc_best=client_acc.tolist())
+
+    def spread_figure(self, title: str | None = None):
+        """The figure of ``client_spread.png`` (:func:`fedbench.plots.client_spread_figure`) from ``last`` (the clients
+        with test samples) and the clients' train sizes now; None without a personalized evaluation."""
+        from .plots import client_spread_figure
+
+        last = self.last
+        if "pers_client_acc_best" not in last:
+            return None
+        has = np.array([len(i) > 0 for i in self.data.test_idx])
+        best, now = (np.asarray(last[k])[has] for k in ("pers_client_acc_best", "pers_client_acc"))
+        sizes = self.data.counts.sum(1)[has]
+        return client_spread_figure(best, last["pers_best_round"], now, last["pers_round"], sizes, title)
 
     def client_model_logits(self, algo, clients, test_idx: list[np.ndarray], t: int) -> list[torch.Tensor] | None:
         """Each client's model (:meth:`Algorithm.client_models`) on its test samples; None if there are no models."""
@@ -106,14 +140,7 @@ def summarize(history: list[dict], final_window: int) -> dict:
     after training began (round 0, the untrained model, counts only when nothing else was evaluated), with
     ``final_n`` the number of evaluations it averages."""
     out = {}
-    keys = sorted(
-        {
-            k
-            for h in history
-            for k, v in h.items()
-            if k.endswith("acc") or k.endswith("acc_mean") or k.endswith("acc_present_classes")
-        }
-    )
+    keys = sorted({k for h in history for k in h if k.endswith(SUMMARIZED)})
     for k in keys:
         pts = [(h["round"], h[k]) for h in history if isinstance(h.get(k), (int, float))]
         if not pts:

@@ -108,3 +108,30 @@ def heatmap(
 ) -> Path:
     """Draw ``matrix`` as a heatmap PNG; small matrices get their values written in the cells."""
     return save(heatmap_figure(matrix, title, xlabel, ylabel, cmap, annotate, vmin, vmax), path)
+
+
+def client_spread_figure(best, best_round: int, last, last_round: int, sizes, title: str | None = None):
+    """Per-client personalized accuracy (%) at the best round (by ``pers/acc``) and at the last round (one series when
+    they are the same round): sorted from the worst client (left), and against the client's number of training samples
+    (right)."""
+    fig, (ranked, scatter) = figure(ncols=2, width=5.2)
+    if title:
+        fig.suptitle(title)
+    series = [(f"best round ({best_round})", best, "o"), (f"last round ({last_round})", last, "x")]
+    if best_round == last_round:
+        series = [(f"best = last round ({last_round})", last, "o")]
+    for i, (label, acc, marker) in enumerate(series):
+        acc = 100 * np.asarray(acc, dtype=float)
+        rank = np.arange(1, len(acc) + 1)
+        ranked.plot(rank, np.sort(acc), marker=marker, markersize=4, color=f"C{i}", label=label)
+        scatter.scatter(sizes, acc, marker=marker, s=22, color=f"C{i}", label=label)
+    ranked.set_title("per-client accuracy, sorted", fontsize=10)
+    ranked.set_xlabel("client, sorted by accuracy (worst first)")
+    scatter.set_title("per-client accuracy vs the client's data size", fontsize=10)
+    scatter.set_xlabel("training samples of the client")
+    for ax in (ranked, scatter):
+        ax.set_ylabel("personalized accuracy (%)")
+        integer_ticks(ax)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    return fig

@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import build, rundir
+from . import build, communication, rundir
 from . import checkpoint as ckpt
 from .callbacks import DivergenceGuard
 from .config import validate
@@ -100,6 +100,7 @@ class Run:
         tic = time.perf_counter()
         metrics = {**self.algorithm.round(t, clients), **scheduled}
         metrics["time/round"] = time.perf_counter() - tic  # the algorithm's round only (not the callbacks)
+        metrics.update(communication.round_metrics(self.algorithm.traffic(t, clients), self.history))
         self.times.append(metrics["time/round"])
         for cb in self.callbacks:
             cb.after_round(self, t, metrics)

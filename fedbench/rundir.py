@@ -429,6 +429,7 @@ def summary(run) -> dict:
 
     import numpy as np
 
+    from .communication import totals
     from .evaluation import summarize
 
     cfg, times = run.cfg, run.times
@@ -440,6 +441,7 @@ def summary(run) -> dict:
         "time_per_round": float(np.mean(times)) if times else math.nan,
         "wall_time": float(np.sum(times)),
         "final": {k: v for k, v in run.evaluator.last.items()},
+        "communication": totals(run.history),  # MB up, down and both over the run (fedbench/communication.py)
         **run.algorithm.finish(run.run_dir),
         **(run.new_clients.summary(run.run_dir) if run.new_clients else {}),
     }

@@ -10,6 +10,8 @@ beside FedReMa with the same options the monitor sees exactly what FedReMa sees.
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import torch
 from omegaconf import OmegaConf
@@ -74,6 +76,10 @@ class SimilarityMonitor:
             isinstance(r, int) and not isinstance(r, bool) and r >= 1 for r in rounds
         ):
             raise ConfigError("eval.similarity.save_rounds", rounds, "a list of rounds >= 1, e.g. [1, 50, 100, 150]")
+        late = sorted(r for r in set(rounds) if r > int(run.cfg.rounds))
+        if late:  # a line, not a refusal: a sweep over rounds may share one list (and the docs' smoke runs shorten it)
+            print(f"fedbench: eval.similarity.save_rounds {late} are after the last round (rounds={run.cfg.rounds}): "
+                  "never saved", file=sys.stderr)  # fmt: skip
         net = run.fm.net
         self.head_names = run.fm.names("head")
         if not self.head_names:

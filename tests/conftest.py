@@ -35,6 +35,20 @@ def make_cfg(*overrides: str, fast: bool = True, cache_dir: str | Path | None = 
     return cfg
 
 
+def fedbench_main(args: list[str]) -> None:
+    """The ``fedbench`` entry point in this process (``-m`` sweeps included), as the console script runs it."""
+    import sys
+
+    from fedbench import cli
+
+    argv, sys.argv = sys.argv, ["fedbench", *args]
+    try:
+        cli.main()
+    finally:
+        sys.argv = argv
+        GlobalHydra.instance().clear()
+
+
 def run_cfg(cfg, run_dir: Path) -> dict:
     """Execute one run in ``run_dir``; returns its summary."""
     from fedbench.run import Run

@@ -40,6 +40,7 @@ def top_level_keys() -> dict:
     for group, option in (("hardware", "auto"), ("logger", "default")):
         node[group] = yaml.safe_load((CONF / group / f"{option}.yaml").read_text())
     node.pop("data_root")  # ${oc.env:...}: a string
+    node["eval"]["protocol"]["test_split"] = "local"  # ${partition.test_split}: the default partition's
     resolved = OmegaConf.to_container(OmegaConf.create(node), resolve=True)
     return {**dict(leaves(resolved)), "data_root": "data"}
 
@@ -50,8 +51,19 @@ SPECIAL = {
     "eval.similarity.save_rounds": ("5", "[0]"),  # a list of rounds >= 1
     "hardware.workers": ("abc", "0"),  # auto or an integer >= 1
     "optim.lr_decay_round": ("abc", "-1"),
+    "eval.protocol.model": ("7", "nope"),
+    "eval.protocol.clients": ("7", "nope"),
+    "eval.protocol.statistic": ("7", "median"),
+    "eval.protocol.test_split": ("7", "global"),  # follows partition.test_split (local by default)
 }
-FREE_TEXT = ("data_root", "cache_dir", "logger.wandb.project", "logger.wandb.entity", "logger.wandb.group")
+FREE_TEXT = (
+    "data_root",
+    "cache_dir",
+    "logger.wandb.project",
+    "logger.wandb.entity",
+    "logger.wandb.group",
+    "eval.protocol.source",
+)
 
 
 def cases():
@@ -99,6 +111,15 @@ EXTRA = [
     ("model.hidden=5", "model.hidden", "5"),
     ("partition=dominant_groups partition.samples_per_client=100000", "partition.samples_per_client", "100000"),
     ("model=tcnn", "model", "tcnn"),  # its internal name is "cnn": the message names what the user typed
+    # issue #37: values that were accepted silently, or blamed on another key
+    ("model.hidden=[0]", "model.hidden", "[0]"),
+    ("model=tiny_cnn model.kernel_size=0", "model.kernel_size", "0"),
+    ("dataset=synthetic dataset.augment={rotate:30}", "dataset.augment", "rotate"),
+    ("dataset=synthetic dataset.augment={crop_padding:-1}", "dataset.augment", "-1"),
+    ("rounds=99999999999999999999999", "rounds", "99999999999999999999999"),
+    ("partition=shards partition.shards_per_client=1000", "partition.shards_per_client", "1000"),
+    ("batch_size=100000 drop_last=true", "batch_size", "100000"),
+    ("hydra.run.dir=", "hydra.run.dir", "''"),
 ]
 
 
@@ -237,3 +258,57 @@ def test_an_impossible_dominant_groups_request_names_what_is_available():
     cfg.samples_per_client = 600  # 12 + 160 = 172 <= 178: possible (clients share samples only across clients)
     p = make_partition(cfg, y, 1437, 10, 6, np.random.default_rng(0))
     assert all(len(np.unique(np.concatenate([tr, te]))) == len(tr) + len(te) for tr, te in zip(p.train, p.test))
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["rounds"], "invalid override 'rounds' — key=value"),
+        (["algorithm=fedavg,fedprox"], "algorithm=fedavg,fedprox — one value without -m: add -m"),
+        (["+algorithm=fedprox"], "+algorithm=fedprox — algorithm is always chosen: algorithm=fedprox"),
+        (["--config-name=nosuch"], "--config-name='nosuch' — a config file in"),
+        (["hydra.run.dir=/proc/fedbench_run"], "hydra.run.dir='/proc/fedbench_run' — a writable location"),
+    ],
+)
+def test_command_line_mistakes_hydra_reported_in_many_lines(args, words, tmp_path, capsys, monkeypatch):
+    """Issue #37: Hydra's multi-line errors (and a traceback for /proc) become one line, before any run dir."""
+    if args[0].startswith("hydra.run.dir=/proc") and not os.path.isdir("/proc"):
+        pytest.skip("no /proc on this machine")
+    monkeypatch.chdir(tmp_path)
+    code, err = fedbench_in_process([*FAST, *args], capsys)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert code == 2 and len(lines) == 1 and words in lines[0], err
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_config_dir_group_files_are_options_and_broken_yaml_is_one_line(tmp_path, capsys, monkeypatch):
+    """--config-dir adds group options (they were refused as unknown); a file there that is not YAML: one line naming
+    the file and line."""
+    monkeypatch.chdir(tmp_path)
+    extra = tmp_path / "confs"
+    (extra / "algorithm").mkdir(parents=True)
+    (extra / "algorithm" / "myprox.yaml").write_text("defaults:\n  - fedprox\n  - _self_\nmu: 0.25\n")
+    run_dir = tmp_path / "run"
+    code, err = fedbench_in_process(
+        [*FAST, "--config-dir", str(extra), "algorithm=myprox", "dataset=digits", f"hydra.run.dir={run_dir}"], capsys
+    )
+    assert code == 0, err
+    saved = OmegaConf.load(run_dir / "config.yaml")
+    assert (saved.algorithm.name, saved.algorithm.mu) == ("fedprox", 0.25)
+    code, err = fedbench_in_process([*FAST, "--config-dir", str(extra), "algorithm=myproxx"], capsys)
+    assert code == 2 and "did you mean myprox?" in err
+    (extra / "algorithm" / "broken.yaml").write_text("mu: [0.1,\n")
+    code, err = fedbench_in_process([*FAST, f"--config-dir={extra}", "algorithm=myprox"], capsys)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert code == 2 and len(lines) == 1 and f"{extra / 'algorithm' / 'broken.yaml'}, line 2 is not valid YAML" in err
+
+
+def test_save_rounds_after_the_last_round_are_said_not_silently_dropped(tmp_path, capsys, monkeypatch):
+    """Issue #37: eval.similarity.save_rounds=[5] with rounds=1 was accepted without a word."""
+    monkeypatch.chdir(tmp_path)
+    run = tmp_path / "run"
+    args = [*FAST, "dataset=digits", "eval.similarity.enabled=true", "eval.similarity.save_rounds=[1,5,9]"]
+    code, err = fedbench_in_process([*args, f"hydra.run.dir={run}"], capsys)
+    assert code == 0, err
+    assert "eval.similarity.save_rounds [5, 9] are after the last round (rounds=1): never saved" in err
+    assert (run / "diagnostics" / "head_similarity" / "round_00001.npz").exists()

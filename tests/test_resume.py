@@ -108,6 +108,7 @@ def test_kill_9_then_rerun_equals_uninterrupted(tmp_path, reference):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["metrics"] == reference["metrics"]
     assert summary["final"] == reference["final"]
+    assert summary["communication"] == reference["communication"] and reference["communication"]["MB"] > 0
     rows = [json.loads(ln) for ln in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["round"] for r in rows if "pers/acc" in r] == list(range(9))  # each round once, none lost or doubled
     wb = read_run(run_dir)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..communication import Traffic
 from ..context import Context
 from ..engine.executor import LocalJob, LocalResult
 from ..engine.optim import OptimSpec
@@ -51,6 +52,12 @@ class Algorithm:
     def round(self, t: int, clients: torch.Tensor) -> dict:
         """Run round ``t`` for the sampled ``clients``; return metrics to log."""
         raise NotImplementedError
+
+    def traffic(self, t: int, clients: torch.Tensor) -> Traffic:
+        """What round ``t`` sent over the network, called after :meth:`round`: the numbers the clients uploaded and
+        downloaded, summed over the round's clients (fedbench/communication.py; docs/communication.md lists every
+        method's). Every algorithm declares its own (tests/test_communication.py fails for one that does not)."""
+        raise NotImplementedError(f"{type(self).__name__} declares no communication (Algorithm.traffic)")
 
     def global_model(self) -> tuple[Stack, Stack] | None:
         """(params, buffers) of the global model, evaluated on the global test set; None if there is none."""

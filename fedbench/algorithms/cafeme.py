@@ -10,6 +10,7 @@ from torch.func import functional_call, grad
 
 from .. import seeding
 from ..checks import boolean, int_at_least, number, one_of
+from ..communication import Traffic, numel
 from ..engine.optim import OptimSpec
 from ..engine.schedule import client_batches
 from ..engine.stack import broadcast, weighted_mean
@@ -155,6 +156,10 @@ class CAFeMe(Algorithm):
         return self.ce(phi, b, x_out, y_out, context)
 
     # ---- evaluation ------------------------------------------------------------------------------------
+    def traffic(self, t, clients):
+        """The model both ways: down ω, up ω_i' (CAFeMe Alg. 1; all tensors, as the server averages them)."""
+        return Traffic.both_ways(clients, numel(self.w, self.bn))
+
     def global_model(self):
         return self.w, self.bn
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from ..checks import int_at_least, number, one_of
+from ..communication import Traffic, numel
 from ..engine.executor import LocalResult
 from ..engine.masking import pad_aware
 from ..engine.optim import OptimSpec
@@ -87,6 +88,10 @@ class Ditto(Algorithm):
         set_rows(self.VB, clients, pers.buffers)
         self.w, self.bn = self.server_mean(glob.params, clients), self.server_mean(glob.buffers, clients)  # 3.
         return {"train/loss": glob.loss.mean().item(), "train/personal_loss": pers.loss.mean().item(), **diagnostics}
+
+    def traffic(self, t, clients):
+        """Ditto: the global model both ways; the personal models stay on the clients."""
+        return Traffic.both_ways(clients, numel(self.w, self.bn))
 
     def server_mean(self, stack: Stack, clients: torch.Tensor) -> Stack:
         """Step 3 over the global copies: n_k-weighted (FedAvg) or unweighted (``aggregate: uniform``)."""

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from .. import seeding
 from ..checks import int_at_least, number
+from ..communication import Traffic, numel
 from ..engine.masking import pad_aware
 from ..engine.stack import Stack, broadcast, rows, select, set_rows, tagged, untagged
 from ..errors import ConfigError
@@ -155,6 +156,10 @@ class FedALA(Algorithm):
 
     def client_models(self, clients, t):
         return rows(self.P, clients), rows(self.B, clients)
+
+    def traffic(self, t, clients):
+        """The model both ways: down the global model (ALA runs on the client), up the trained model (FedALA Alg. 1)."""
+        return Traffic.both_ways(clients, numel(self.w, self.bn))
 
     def global_model(self):
         return self.w, self.bn

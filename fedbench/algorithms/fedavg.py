@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..communication import NONE, Traffic, numel
 from ..engine.functional import cross_entropy
 from ..engine.stack import broadcast, rows, set_rows
 from . import register
@@ -49,6 +50,10 @@ class FedAvg(Algorithm):
     def global_model(self):
         return self.w, self.bn
 
+    def traffic(self, t, clients):
+        """The model both ways (parameters and buffers); FedProx, FedNTD, FedLC, MOON, FedDyn, FedAvg-FT alike."""
+        return Traffic.both_ways(clients, numel(self.w, self.bn))
+
 
 @register
 class Local(Algorithm):
@@ -69,6 +74,9 @@ class Local(Algorithm):
 
     def client_models(self, clients, t):
         return rows(self.P, clients), rows(self.B, clients)
+
+    def traffic(self, t, clients):
+        return NONE  # no communication
 
 
 @register

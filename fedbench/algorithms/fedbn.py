@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from ..communication import Traffic, numel
 from ..engine.stack import broadcast, rows, select, set_rows, weighted_mean
 from . import register
 from .fedavg import FedAvg
@@ -57,6 +58,10 @@ class FedBN(FedAvg):
         self.w = {**self.w, **self.aggregate(shared_p, clients)}
         self.bn = {**self.bn, **self.aggregate(shared_b, clients)}
         return {"train/loss": res.loss.mean().item()}
+
+    def traffic(self, t, clients):
+        """The model both ways without its BatchNorm layers (their parameters and statistics stay local)."""
+        return Traffic.both_ways(clients, numel(self.w, self.bn) - numel(self.local_w, self.local_bn, stacked=True))
 
     def global_model(self):
         return {**self.w, **weighted_mean(self.local_w, self.n)}, {**self.bn, **weighted_mean(self.local_bn, self.n)}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..communication import Traffic, numel
 from ..engine.stack import mix
 from ..errors import ConfigError
 from . import register
@@ -95,6 +96,12 @@ class FedCOM(Ditto):
             self.match_total += len(clients)
             out["fedcom/matching_acc"] = hits.double().mean().item()
         return v, vb, out
+
+    def traffic(self, t, clients):
+        """Ditto's global model both ways plus a personal model each way (FedCOM Alg. 1-2): every client uploads its
+        updated v_k (the server relays it to the clients that pick k as their complementary peer) and downloads its
+        peer's v_{k_com}. g_k needs no upload: the server has W^t and the uploaded W_k^t."""
+        return Traffic.both_ways(clients, 2 * numel(self.w, self.bn))
 
     def finish(self, run_dir):
         if not self.match_total:

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 from .. import seeding
 from ..checks import int_at_least, number, one_of
+from ..communication import Traffic, numel
 from ..engine.stack import Stack, broadcast, rows, set_rows, weighted_mean
 from . import register
 from .base import Algorithm
@@ -113,6 +114,7 @@ class FedFomo(Algorithm):
             )
             for k in clients.tolist()
         ]
+        self.peers_sent = sum(len(p) for p in peers)  # models downloaded this round (traffic)
         A, metrics = self.first_order_update(clients, peers)
         start = {n: torch.tensordot(A.to(v), v, dims=([1], [0])) for n, v in self.P.items()}  # Eq. 7 as W @ θ
         start_b = {
@@ -176,6 +178,12 @@ class FedFomo(Algorithm):
             "fedfomo/positive_peers": float((w > 0).sum(1).double().mean()),
             "fedfomo/self_weight": float(A[torch.arange(m), clients.long().cpu()].mean()),
         }
+
+    def traffic(self, t, clients):
+        """Down: the M peer models each client chose (fewer while fewer have uploaded), up: its trained model (Alg. 1;
+        the server only relays)."""
+        model = numel(self.P, self.B, stacked=True)
+        return Traffic(len(clients) * model, self.peers_sent * model)
 
     def client_models(self, clients, t):
         return rows(self.P, clients), rows(self.B, clients)

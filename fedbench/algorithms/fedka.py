@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import seeding
+from ..communication import Traffic, numel
 from ..engine.masking import pad_aware
 from ..engine.stack import broadcast
 from ..errors import ConfigError
@@ -189,6 +190,15 @@ class FedKA(Algorithm):
             fm.set_mode(True)
         ka = knowledge_anchor_loss(z_l, ctx["anchor_logits"], ctx["kept"], ctx["anchor_mask"])
         return F.cross_entropy(fm(p, b, x), y) + self.beta * ka
+
+    def traffic(self, t, clients):
+        """FedAvg's (the model both ways, FedKA Alg. 1) and, in round 1, the shared set S sent once to all K clients
+        (one input per class, §4 Def. 2; as fp32 inputs)."""
+        model = Traffic.both_ways(clients, numel(self.w, self.bn))
+        if t != 1:
+            return model
+        per_input = self.data.x[0].numel()
+        return model + Traffic(0, self.K * int((self.S >= 0).sum()) * per_input)
 
     def global_model(self):
         return self.w, self.bn

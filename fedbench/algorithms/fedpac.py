@@ -34,6 +34,7 @@ from threadpoolctl import threadpool_limits
 from torch.func import functional_call
 
 from ..checks import int_at_least, number, one_of
+from ..communication import Traffic, numel
 from ..engine.masking import pad_aware
 from ..engine.stack import broadcast, mix, rows, select, set_rows, weighted_mean
 from ..errors import ConfigError
@@ -242,6 +243,7 @@ class FedPAC(Algorithm):
         metrics["train/loss"] = res.loss.mean().item()
         # 3. server: representation (FedAvg), class centroids, per-client head combinations (QP)
         means1, counts1, _ = self.class_statistics(clients, res.params, res.buffers, second_moment=False)
+        self.sent = self.round_traffic(clients, counts1)  # before the centroids change: the ones sent down
         self.centroids, self.has_centroid = weighted_centroids(means1, counts1)
         self.theta = weighted_mean(select(res.params, self.shared), n)
         self.theta_buf = weighted_mean(select(res.buffers, self.shared_buf), n)
@@ -258,6 +260,18 @@ class FedPAC(Algorithm):
             }
         )
         return metrics
+
+    def round_traffic(self, clients, counts) -> Traffic:
+        """Up: θ and φ_k, V_k (1 number), H_k and the trained class means μ'_k (d numbers each per class held) and
+        the class counts n_{k,c} (§4, code ``statistics_extraction`` / ``protos_aggregation``); down: θ, the
+        client's combined head φ_k and the global centroids c_y that exist."""
+        m, d = len(clients), self.centroids.shape[1]
+        model = numel(self.theta, self.theta_buf) + numel(self.phi, self.phi_buf, stacked=True)
+        held = int((counts > 0).sum())
+        return Traffic(m * (model + 1) + held * (2 * d + 1), m * (model + int(self.has_centroid.sum()) * d))
+
+    def traffic(self, t, clients):
+        return self.sent
 
     def class_statistics(self, clients, params, buffers, second_moment: bool = True):
         """Per client: class means of f(x) on its train set, class counts, and class means of ‖f(x)‖² (eval mode)."""

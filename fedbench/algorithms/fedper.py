@@ -4,6 +4,7 @@ rest ("local" names) as its own (FedPer: baseline of FedReMa Tables 1-2, ECL Tab
 
 from __future__ import annotations
 
+from ..communication import Traffic, numel
 from ..engine.stack import broadcast, rows, select, set_rows
 from ..errors import ConfigError
 from . import register
@@ -65,6 +66,11 @@ class PartialAggregation(Algorithm):
 
     def client_models(self, clients, t):
         return self.download(clients)
+
+    def traffic(self, t, clients):
+        """The shared part both ways (FedPer: the body; LG-FedAvg: the head; FedBABU: the body, its frozen head
+        never; FedRoD: body + generic head, the personal head never)."""
+        return Traffic.both_ways(clients, numel(self.w, self.bn))
 
 
 @register

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..communication import Traffic
 from ..engine.masking import pad_aware
 from ..engine.stack import broadcast, rows, set_rows
 from ..errors import ConfigError
@@ -71,11 +72,18 @@ class ClassMeanExchange(Algorithm):
         idx = [self.data.train_idx[int(k)] for k in clients]
         z = client_outputs(self.ctx, self.z, res.params, res.buffers, idx)
         means, counts = class_means(z, [self.data.y[self.data.tensor(i)] for i in idx], self.data.num_classes)
+        d, known = self.means.shape[1], int(self.has_mean.sum())  # the global means the clients received
+        self.sent = Traffic(int((counts > 0).sum()) * d, len(clients) * known * d)
         self.means, self.has_mean = global_prototypes(means, counts)
         return {"train/loss": res.loss.mean().item(), "classes_with_mean": int(self.has_mean.sum())}
 
     def client_models(self, clients, t):
         return rows(self.P, clients), rows(self.B, clients)
+
+    def traffic(self, t, clients):
+        """Only class means travel (no weights): up, each client's mean of z for every class it holds; down, the
+        global mean of every class that has one (their class labels are not counted)."""
+        return self.sent
 
 
 @register

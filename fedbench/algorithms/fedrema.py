@@ -28,6 +28,7 @@ from torch.func import vmap
 
 from .. import seeding
 from ..checks import boolean, int_at_least, number, one_of
+from ..communication import Traffic, numel
 from ..engine.executor import LocalResult
 from ..engine.functional import cross_entropy
 from ..engine.masking import pad_aware
@@ -234,6 +235,7 @@ class FedReMa(Algorithm):
         n = self.n[clients.long()]
         params, buffers = self.client_models(clients, t)  # {θ^(t-1), φ_k^(t-1)}
         res, metrics = self.client_update(t, clients, params, buffers)
+        self.sent = self.model_traffic(clients)
         if hp.align:  # clients upload class means (+F)
             self.protos, self.has_proto = self.prototypes(t, clients, res)
         self.theta = weighted_mean(select(res.params, self.body_names), n)  # Eq. 6
@@ -264,6 +266,17 @@ class FedReMa(Algorithm):
         set_rows(self.phi_buf, clients, head_buf if hp.bn_stats == "local" else mix(head_buf, M))
         metrics.update(self.diagnostics(t, clients, S, A, gaps, was_ccp))
         return metrics
+
+    def model_traffic(self, clients) -> Traffic:
+        """The full model both ways (§4: clients upload θ̂_k and φ̂_k; each gets θ and its own φ_k back); BatchNorm
+        statistics only with ``bn_stats: averaged``. +F adds the class means (:meth:`prototypes`)."""
+        model = numel(self.theta) + numel(self.phi, stacked=True)
+        if self.hp.bn_stats == "averaged":
+            model += numel(self.theta_buf) + numel(self.phi_buf, stacked=True)
+        return Traffic.both_ways(clients, model)
+
+    def traffic(self, t, clients):
+        return self.sent
 
     def diagnostics(self, t, clients, S, A, gaps, was_ccp) -> dict:
         """Per round (the code's logs, Fig. 3): Δs̄_t and its running max, the CCP flag, |A_k| (CCP rounds);
@@ -340,7 +353,10 @@ class FedReMa(Algorithm):
 
     def prototypes(self, t, clients, res: LocalResult):
         """+F: P̄_c = mean of the clients' class-c means over the clients that have class c (``proto_aggregation``)."""
-        return global_prototypes(*self.client_prototypes(t, clients, res))
+        means, counts = self.client_prototypes(t, clients, res)
+        d = self.feature_dim  # up: a mean per class held; down: the P̄_c that existed at the round's start
+        self.sent += Traffic(int((counts > 0).sum()) * d, len(clients) * int(self.has_proto.sum()) * d)
+        return global_prototypes(means, counts)
 
     def similarity(self, t, clients, heads, head_buf) -> torch.Tensor:
         """S^(t) over the round's clients, one fresh probe h_k ~ U[0, probe_scale)^d per client (Eq. 5)."""

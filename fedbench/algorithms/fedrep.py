@@ -5,6 +5,7 @@ CAFeMe code's variant (steps, Adam, all parameters averaged)."""
 from __future__ import annotations
 
 from ..checks import boolean, int_at_least, number, one_of
+from ..communication import Traffic, numel
 from ..engine.schedule import make_schedule
 from ..engine.stack import broadcast, rows, select, set_rows
 from ..errors import ConfigError
@@ -97,6 +98,12 @@ class FedRep(Algorithm):
             self.w = {**self.w, **uniform_mean(select(res.params, self.body), m)}
             self.bn = uniform_mean(res.buffers, m)
         return {"train/head_loss": head.loss.mean().item(), "train/loss": res.loss.mean().item()}
+
+    def traffic(self, t, clients):
+        """``aggregate: body``: the body (and the buffers, averaged) both ways, the heads stay local (FedRep Alg. 1);
+        ``all``: the whole model."""
+        sent = self.w if self.H is None else select(self.w, self.body)
+        return Traffic.both_ways(clients, numel(sent, self.bn))
 
     def phase(self, name, t, clients, model, spec, inputs=None):
         """One phase of local training; ``self.opt_state`` is swapped so each phase persists its own state."""

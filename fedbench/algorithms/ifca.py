@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from .. import seeding
 from ..checks import int_at_least
+from ..communication import Traffic, numel
 from ..engine.stack import mix, rows
 from . import register
 from .base import Algorithm
@@ -94,6 +95,11 @@ class IFCA(Algorithm):
                 chosen.view(-1, *[1] * (self.WB[k].dim() - 1)).to(self.WB[k].device), avg_b[k], self.WB[k]
             )
         return {"train/loss": res.loss.mean().item(), "ifca/cluster_sizes": size.long().tolist()}
+
+    def traffic(self, t, clients):
+        """IFCA Alg. 2: down all J cluster models, up the one trained model (its cluster's index is not counted)."""
+        m, model = len(clients), numel(self.W, self.WB, stacked=True)
+        return Traffic(m * model, m * self.J * model)
 
     def client_models(self, clients, t):
         j = self.assign(clients)

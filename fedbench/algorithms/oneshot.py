@@ -22,6 +22,7 @@ import torch
 from torch.func import functional_call
 
 from ..checks import boolean, int_at_least, number, one_of
+from ..communication import Traffic, numel
 from ..engine.functional import sub_state
 from ..engine.masking import is_pad_aware
 from ..engine.stack import Stack, rows
@@ -220,6 +221,14 @@ class OneShotPersonalization(Algorithm):
 
     def global_model(self):
         return self.phase1.global_model()
+
+    def traffic(self, t, clients):
+        """Phase I's method's; at the end of round T every client (all K) downloads the final global model for phase
+        II, which itself sends nothing (ECL Alg. 1 lines 13-20)."""
+        sent = self.phase1.traffic(t, clients)
+        if t == int(self.cfg.rounds):
+            sent += Traffic(0, self.K * numel(*self.phase1.global_model()))
+        return sent
 
     # ---- phase II helpers --------------------------------------------------------------------------
     def personalize(self, t: int, w: Stack, bn: Stack) -> dict:

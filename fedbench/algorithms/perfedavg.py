@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch.func import grad, grad_and_value
 
 from ..checks import int_at_least, number, one_of
+from ..communication import Traffic, numel
 from ..engine.masking import pad_aware
 from ..engine.optim import OptimSpec
 from ..engine.stack import broadcast
@@ -83,6 +84,10 @@ class PerFedAvg(Algorithm):
         d, value = self.direction(p, b, x.unflatten(0, (k, -1)), y.unflatten(0, (k, -1)))
         surrogate = sum((p[n] * d[n].detach()).sum() for n in d)
         return value.detach() + surrogate - surrogate.detach()
+
+    def traffic(self, t, clients):
+        """The model both ways (Per-FedAvg Alg. 1)."""
+        return Traffic.both_ways(clients, numel(self.w, self.bn))
 
     def global_model(self):
         return self.w, self.bn

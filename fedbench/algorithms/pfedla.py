@@ -32,6 +32,7 @@ from torch.func import grad, vmap
 
 from .. import seeding
 from ..checks import int_at_least, number, one_of
+from ..communication import Traffic
 from ..engine.stack import Stack, broadcast, rows, set_rows
 from . import register
 from .base import Algorithm
@@ -120,6 +121,9 @@ class PFedLA(Algorithm):
         with torch.no_grad():
             alpha = self.alphas(clients)
             start = layerwise_mix(self.P, alpha, self.layers)  # θ̄_i (Eq. 3)
+            own = alpha[torch.arange(len(clients)), :, clients.long()] == 1  # [m, L] layers = the client's own
+            sizes = torch.tensor([sum(self.P[n][0].numel() for n in names) for names in self.layers])
+            self.sent = Traffic(len(clients) * int(sizes.sum()), int(((~own).cpu().long() * sizes).sum()))
         res = self.local_train(t, clients, (start, rows(self.B, clients)), self.train_spec)
         self.update_hypernetworks(clients, {n: res.params[n] - start[n] for n in start})  # Δθ_i = θ_i' − θ̄_i
         set_rows(self.P, clients, res.params)  # θ_i ← θ̄_i + Δθ_i
@@ -144,6 +148,11 @@ class PFedLA(Algorithm):
         surrogate = lambda h, i, c: (layer_weights(h, i, retain) * c).sum()  # noqa: E731
         grads = vmap(grad(surrogate))(rows(self.hn, clients), clients.long().to(G.device), G)
         set_rows(self.hn, clients, {n: rows(self.hn, clients)[n] - float(self.hp.hn_lr) * grads[n] for n in self.hn})
+
+    def traffic(self, t, clients):
+        """Down: θ̄_i layer by layer (Eq. 3), except the layers that are the client's own model (HeurpFedLA's retained
+        layers, §3.4: nothing to send); up: Δθ_i, all parameters (§3.3). BatchNorm statistics stay local."""
+        return self.sent
 
     def client_models(self, clients, t):
         """The personalized models the clients would download now: θ̄_i from the current hypernetworks."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from ..communication import Traffic, numel
 from ..engine.optim import OptimSpec
 from ..engine.schedule import make_schedule
 from ..engine.stack import broadcast, rows, set_rows
@@ -97,6 +98,10 @@ class PFedMe(Algorithm):
 
     def client_models(self, clients, t):
         return rows(self.theta, clients), rows(self.theta_bn, clients)
+
+    def traffic(self, t, clients):
+        """The model both ways: down w^t, up the local w_k (pFedMe Alg. 1; θ_k stays local)."""
+        return Traffic.both_ways(clients, numel(self.w, self.bn))
 
     def global_model(self):
         return self.w, self.bn

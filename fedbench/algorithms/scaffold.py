@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from ..checks import boolean, number
+from ..communication import Traffic, numel
 from ..engine.masking import pad_aware
 from ..engine.stack import Stack, broadcast, rows, set_rows, tagged, untagged, weighted_mean
 from . import register
@@ -71,6 +72,11 @@ class SCAFFOLD(FedAvg):
         """CE + ⟨w, c − c_k⟩: its gradient is SCAFFOLD's corrected gradient g − c_k + c."""
         corr = untagged(ctx, "correction")
         return F.cross_entropy(fm(p, b, x), y) + sum((p[k] * corr[k]).sum() for k in corr)
+
+    def traffic(self, t, clients):
+        """SCAFFOLD Alg. 1: down (x, c), up (Δy_k, Δc_k): the model and one control variate (parameter-sized) each
+        way; the buffers travel with the model."""
+        return Traffic.both_ways(clients, numel(self.w, self.bn, self.c))
 
     def server_update(
         self, clients: torch.Tensor, params: Stack, buffers: Stack, steps: torch.Tensor, *, lr: float

@@ -294,6 +294,13 @@ def shards(cfg, labels, n_train, num_classes, num_clients, rng) -> Partition:
             f"clients × shards_per_client = {num_clients * per_client} (or null for exactly that)",
         )
     if num_shards > n_train:
+        if _opt(cfg, "num_shards") is None:  # the user set shards_per_client (num_shards = clients × it)
+            raise ConfigError(
+                "partition.shards_per_client",
+                per_client,
+                f"at most {n_train // num_clients} with {num_clients} clients ({n_train} train samples: every shard "
+                "needs one)",
+            )
         raise ConfigError("partition.num_shards", num_shards, f"≤ {n_train} train samples (non-empty shards)")
     perm = rng.permutation(n_train)
     by_label = perm[np.argsort(labels[perm], kind="stable")]

@@ -2,7 +2,7 @@
 paper's numbers, write Markdown/CSV, draw PNGs, log to W&B (docs/report.md).
 
     fedbench-report outputs/multirun/<sweep> [<more sweeps>] [--out DIR] [--wandb [MODE] | --no-wandb] [--no-plots]
-                    [--format rich|markdown]
+                    [--format rich|markdown] [--metric NAME] [--spread] [--comm X] [--mixed-protocols]
     fedbench-tables [words] [--markdown [PATH]] [--estimate]
                     # every paper table, its commands, its time (docs/tables.md)
 
@@ -19,10 +19,22 @@ import sys
 from pathlib import Path
 
 from .catalog import PAPERS, experiment_tables, list_tables, tables_markdown
-from .figures import curve_metrics, plot_curves, plot_vs_keys
+from .figures import curve_metrics, plot_comm, plot_curves, plot_vs_keys
 from .render import CSV_FIELDS, log_wandb, print_rich, to_csv, to_markdown, wandb_mode
 from .runs import NOT_RUN_DIRS, RunRecord, canon, collect, expected_jobs, load_run, neutral_keys
-from .tables import DERIVED, Cell, Column, Report, Table, decimals, default_table, fmt, group_tables, pooled_keys
+from .tables import (
+    DERIVED,
+    Cell,
+    Column,
+    Report,
+    Table,
+    comm_tables,
+    decimals,
+    default_table,
+    fmt,
+    group_tables,
+    pooled_keys,
+)
 
 __all__ = [
     "CSV_FIELDS",
@@ -73,18 +85,25 @@ def report(
     fmt: str = "rich",
     split: str | None = None,
     pool: bool = False,
+    spread: bool = False,
+    comm: float | None = None,
+    mixed_protocols: bool = False,
 ) -> list[tuple[Report, list[Path]]]:
     """Every table found in ``dirs``: printed (``fmt``: a rich table, or the Markdown file's text), written to ``out``
     (default ``<first dir>/report``), plotted, logged. Runs without a table node that would share a cell while they
     differ in a config key (another dataset, model, rounds, ...) are refused (ValueError) unless ``split`` names a
-    key to make one table per value of, or ``pool`` averages them anyway (with a warning)."""
+    key to make one table per value of, or ``pool`` averages them anyway (with a warning). ``spread``: their tables
+    also show the spread of the per-client accuracies (worst 10 %, 10th/50th/90th percentile, final). ``comm``: "MB to
+    <comm> % accuracy" and "MB total" columns and a picture of accuracy against MB (docs/communication.md). Runs whose
+    evaluation protocols differ in one column are refused (ValueError) unless ``mixed_protocols``
+    (docs/protocol.md)."""
     runs = collect(dirs)
     if not runs:
         raise FileNotFoundError(f"no runs under {', '.join(map(str, dirs))}")
     present = sorted({m for r in runs for m in r.summary.get("metrics", {})})
     if metric is not None and present and metric not in present:
         raise ValueError(f"--metric {metric!r} — no run under {dirs[0]} has it; they have: {', '.join(present)}")
-    tables = group_tables(runs, metric, split)
+    tables = group_tables(runs, metric, split, spread)
     for table in tables:
         clash = pooled_keys(table) if table.paper == "runs" and not pool else {}
         if clash:
@@ -95,14 +114,20 @@ def report(
                 f"runs of one method and seed differ in {shown}{more}: --split {first} makes one table per value, "
                 "--pool averages them anyway"
             )
+    if comm is not None:
+        tables = [x for t in tables for x in [t, *comm_tables(t, comm)]]
+    lines = {id(t): protocol_line(t, mixed_protocols) for t in tables}
     out = Path(out) if out else Path(dirs[0]) / "report"
     out.mkdir(parents=True, exist_ok=True)
     done = []
     for table in tables:
         rep = Report(table)
+        rep.protocol = lines.get(id(table))
         if fmt == "rich":
             print_rich(rep, console)
         pictures = (plot_curves(rep, out, band) + plot_vs_keys(rep, out)) if plots else []
+        if plots and comm is not None and not table.spec.get("comm_of"):
+            pictures += plot_comm(rep, out)
         md = to_markdown(rep, pictures, [str(d) for d in dirs])
         (out / f"{table.stem}.md").write_text(md)
         if fmt == "markdown":
@@ -116,6 +141,35 @@ def report(
                 print(f"fedbench-report: W&B logging ({mode}) failed: {type(e).__name__}: {e}", file=sys.stderr)
         done.append((rep, pictures))
     return done
+
+
+def protocol_line(table: Table, mixed: bool) -> str | None:
+    """The table's evaluation protocol in one line (fedbench/protocol.py), or None for runs made before it existed;
+    ValueError when the runs of one column differ in it (unless ``mixed``: the line then names the differences)."""
+    from omegaconf import OmegaConf
+
+    from .. import protocol
+
+    by_col: dict = {}
+    lines = set()
+    for run, _ in table.members:
+        if not isinstance((run.config.get("eval") or {}).get("protocol"), dict):
+            continue
+        cfg = OmegaConf.create(run.config)
+        col = canon(run.key(table.cols)) if table.cols else None
+        by_col.setdefault(col, {})[f"{canon(run.key(table.rows))}"] = protocol.fields(cfg)
+        lines.add(protocol.line(cfg))
+    for col, fields in by_col.items():
+        diffs = protocol.differences(fields)
+        if diffs and not mixed:
+            where = f" (column {col})" if col is not None else ""
+            raise ValueError(
+                f"runs in one column{where} differ in their evaluation protocol — {'; '.join(diffs)}; "
+                "--mixed-protocols puts them together anyway"
+            )
+        if diffs:
+            return "mixed protocols: " + "; ".join(diffs)
+    return sorted(lines)[0] if len(lines) == 1 else ("; ".join(sorted(lines)) if lines else None)
 
 
 def main(argv=None) -> int:
@@ -155,6 +209,24 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--pool", action="store_true", help="average runs of one method and seed that differ in a config key anyway"
     )
+    ap.add_argument(
+        "--spread",
+        action="store_true",
+        help="runs without a table: node, also the final worst-10 %% and 10th/50th/90th-percentile client accuracy "
+        "(and many/medium/few-shot class accuracy on long-tailed data)",
+    )
+    ap.add_argument(
+        "--comm",
+        type=float,
+        metavar="X",
+        help="add the MB each method sent to first reach X %% accuracy and in total, and a picture of accuracy against "
+        "MB (docs/communication.md)",
+    )
+    ap.add_argument(
+        "--mixed-protocols",
+        action="store_true",
+        help="put runs with different evaluation protocols in one column anyway (docs/protocol.md)",
+    )
     args = ap.parse_args(argv)
     try:
         done = report(
@@ -167,6 +239,9 @@ def main(argv=None) -> int:
             fmt=args.fmt,
             split=args.split,
             pool=args.pool,
+            spread=args.spread,
+            comm=args.comm,
+            mixed_protocols=args.mixed_protocols,
         )
     except FileNotFoundError as e:
         print(f"fedbench-report: {e}", file=sys.stderr)

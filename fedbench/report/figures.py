@@ -78,6 +78,8 @@ def curve_metrics(rep: Report) -> list[str]:
     """The per-round metrics behind the table's columns that the runs logged at two rounds or more."""
     names = []
     for path in rep.table.metrics.values():
+        if "@reach:" in path:  # --comm's MB column: its picture is plot_comm's
+            continue
         name = _curve_metric(rep.table, path)
         if name not in names and any(r.series(name)[1:2] for r, _ in rep.members if r.status == "complete"):
             names.append(name)
@@ -132,6 +134,50 @@ def curve_figures(rep: Report, band: str = "minmax") -> list:
         fig.suptitle(f"{t.title}\nmean over seeds, band = {'min–max' if band == 'minmax' else '± std'}", fontsize=9)
         figs.append((metric, fig))
     return figs
+
+
+def plot_comm(rep: Report, out: Path) -> list[Path]:
+    """``--comm``: per method, the table's accuracy against the cumulative MB sent (up + down, docs/communication.md),
+    the mean over seeds at the rounds every seed evaluated (round 0: 0 MB); one panel per column value. Nothing when
+    no run logged ``comm/MB_cum`` (runs made before it existed)."""
+    from ..plots import figure, save
+
+    t = rep.table
+    metric = next((m for m in curve_metrics(rep) if "acc" in m), None)
+    if metric is None:
+        return []
+    panels = [c for c in rep.columns] if t.cols else [None]
+    fig, axes = figure(min(len(panels), 3), math.ceil(len(panels) / 3), width=5.2, height=3.8, squeeze=False)
+    scale = 100.0 if t.spec.get("percent") else 1.0
+    for ax, col in zip(axes.flat, panels):
+        for i, row in enumerate(rep.row_keys):
+            runs = [
+                r
+                for r, _ in rep._runs(row, col or rep.columns[0])
+                if r.status == "complete" and canon(r.key(t.rows)) == row
+            ]
+            pairs = [(dict(r.series(metric)), {0: 0.0, **dict(r.series("comm/MB_cum"))}) for r in runs]
+            common = sorted(set.intersection(*(set(a) & set(b) for a, b in pairs))) if pairs else []
+            if len(common) < 2:
+                continue
+            x = np.mean([[b[k] for k in common] for _, b in pairs], axis=0)
+            y = scale * np.mean([[a[k] for k in common] for a, _ in pairs], axis=0)
+            ax.plot(x, y, marker=".", color=f"C{i % 10}", label=f"{_row_label(rep, row)} (n={len(runs)})")
+        ax.set_title(_col_label(rep, col) if col else metric_words(metric), fontsize=9)
+        ax.set_xlabel("communication so far (MB, up + down)")
+        ax.set_ylabel(metric_words(metric) + (" (%)" if scale == 100 else ""))
+        ax.grid(alpha=0.3)
+        if ax.lines:
+            ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.axis("off")
+    if not any(ax.lines for ax in axes.flat):
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+        return []
+    fig.suptitle(f"{t.title}\naccuracy against communication, mean over seeds", fontsize=9)
+    return [save(fig, out / f"{t.stem}_comm.png")]
 
 
 def plot_vs_keys(rep: Report, out: Path) -> list[Path]:

@@ -20,6 +20,7 @@ def to_markdown(rep: Report, pictures: list[Path], sources: list[str]) -> str:
         "",
         f"Runs: {', '.join(f'`{s}`' for s in sources)}. {rep.seeds_note()}"
         + (" Accuracies in %." if any(t.percent(n) for n in t.metrics) else ""),
+        *(["", f"Protocol: {rep.protocol}."] if rep.protocol else []),
         "",
         "| " + " | ".join(head) + " |",
         "|" + "---|" + "---:|" * (len(head) - 1),
@@ -143,6 +144,8 @@ def print_rich(rep: Report, console=None) -> None:
         if parts[-1] and sum(width(j) for _, js in parts[-1] for j in js) + w > room:
             parts.append([])
         parts[-1].append(g)
+    if rep.protocol:  # what the accuracies are (docs/protocol.md), above the table
+        console.print(Text.assemble(("protocol", "cyan"), f": {rep.protocol}"))
     for k, part in enumerate(parts):
         title = rep.table.title + (f" ({k + 1}/{len(parts)})" if len(parts) > 1 else "")
         rt = RichTable(title=Text(title), caption=Text(rep.seeds_note()) if k == len(parts) - 1 else None)

@@ -23,6 +23,13 @@ METRIC_WORDS = {
     "pers/acc": "personalized accuracy",
     "pers/acc_mean": "personalized accuracy (client mean)",
     "pers/acc_present_classes": "personalized accuracy (present classes)",
+    "pers/acc_worst10": "worst-10 % client accuracy",
+    "pers/acc_p10": "10th-percentile client accuracy",
+    "pers/acc_p50": "median client accuracy",
+    "pers/acc_p90": "90th-percentile client accuracy",
+    "pers/many_acc": "many-shot class accuracy",
+    "pers/medium_acc": "medium-shot class accuracy",
+    "pers/few_acc": "few-shot class accuracy",
     "global/acc": "global-model accuracy",
     "train/loss": "training loss",
     "ccp_rounds": "rounds in the CCP",
@@ -40,18 +47,59 @@ def metric_words(metric: str) -> str:
 # ---- tables -----------------------------------------------------------------------------------------------------
 
 
-def default_table(runs: list[RunRecord], metric: str | None) -> dict:
-    """For runs without a ``table:`` node: methods x best/final of one accuracy metric."""
+# --spread: the spread of the per-client personalized accuracies (fedbench/metrics.py), final values
+SPREAD = {"Worst 10 %": "pers/acc_worst10", "P10": "pers/acc_p10", "P50": "pers/acc_p50", "P90": "pers/acc_p90"}
+SHOTS = {"Many-shot": "pers/many_acc", "Medium-shot": "pers/medium_acc", "Few-shot": "pers/few_acc"}  # long tail only
+
+
+def comm_tables(table: "Table", percent: float) -> list["Table"]:
+    """``--comm X`` (docs/communication.md): "MB to X %" (cumulative MB, both directions, at the first round the table's
+    accuracy reached X %) and "MB total" (summary.json ``communication.MB``). A table with metric columns gets them as
+    two more columns; a table with ``cols`` (one metric per column value) gets one companion table per measure."""
+    acc = next((p for p in table.metrics.values() if "acc" in p.split("@")[0] and p not in DERIVED), None)
+    if acc is None:
+        return []
+    curve = acc.split("@")[0] if "@" in acc else acc.rsplit(".", 1)[0]
+    comm = {f"MB to {percent:g} %": f"comm/MB_cum@reach:{curve}>={percent / 100:g}", "MB total": "communication.MB"}
+    if not table.cols:  # every run has the two columns (a cell's runs are those whose table names its metric)
+        table.metrics.update(comm)
+        table.members = [(r, {**s, "metrics": {**(s.get("metrics") or {}), **comm}}) for r, s in table.members]
+        return []
+    return [
+        Table(
+            {
+                **table.spec,
+                "id": f"{table.id}_{_slug(name)}",
+                "title": f"{table.title} — {name}",
+                "metrics": {name: path},
+                "reference": {},
+                "percent": False,
+                "comm_of": table.id,
+            },
+            table.members,
+        )  # fmt: skip
+        for name, path in comm.items()
+    ]
+
+
+def default_table(runs: list[RunRecord], metric: str | None, spread: bool = False) -> dict:
+    """For runs without a ``table:`` node: methods x best/final of one accuracy metric; ``spread``: and the final
+    worst-10 % and 10th/50th/90th-percentile client accuracy (many/medium/few-shot too where a run has them)."""
+    present = {m for r in runs for m in r.summary.get("metrics", {})}
     if metric is None:
-        present = {m for r in runs for m in r.summary.get("metrics", {})}
         metric = next((m for m in ("pers/acc", "global/acc") if m in present), "pers/acc")
+    metrics = {"Best": f"{metric}.best", "Final": f"{metric}.final"}
+    if spread:
+        shots = {k: m for k, m in SHOTS.items() if m in present}
+        metrics.update({k: f"{m}.final" for k, m in {**SPREAD, **shots}.items()})
     return {
         "paper": "runs",
-        "id": metric.replace("/", "_"),
-        "title": f"{metric_words(metric).capitalize()}: best and final",
+        "id": metric.replace("/", "_") + ("_spread" if spread else ""),
+        "title": f"{metric_words(metric).capitalize()}: best and final"
+        + ("; the spread over clients (final)" if spread else ""),
         "rows": "choice:algorithm",
         "cols": None,
-        "metrics": {"Best": f"{metric}.best", "Final": f"{metric}.final"},
+        "metrics": metrics,
         "percent": True,
     }
 
@@ -156,12 +204,15 @@ class Table:
         return bool(p) and "acc" in path.split("@")[0].lower() and path not in DERIVED
 
 
-def group_tables(runs: list[RunRecord], metric: str | None = None, split: str | None = None) -> list[Table]:
+def group_tables(
+    runs: list[RunRecord], metric: str | None = None, split: str | None = None, spread: bool = False
+) -> list[Table]:
     """Runs -> tables, one per (paper, id, title); configs that split one paper table into one metric column each
     (same paper and id, no ``cols``, disjoint metric names, e.g. FedKA Table 1's datasets) are merged. ``split``: runs
-    without a table node make one default table per value of that config key."""
+    without a table node make one default table per value of that config key; ``spread``: their tables get the
+    spread columns (:func:`default_table`)."""
     plain = [r for r in runs if not isinstance(r.config.get("table"), dict)]
-    fallback = default_table(plain, metric) if plain else None
+    fallback = default_table(plain, metric, spread) if plain else None
     groups: dict = {}
     for r in runs:
         spec = r.config.get("table") if isinstance(r.config.get("table"), dict) else fallback
@@ -294,6 +345,7 @@ class Report:
 
     def __init__(self, table: Table):
         self.table = t = table
+        self.protocol: str | None = None  # the runs' evaluation protocol in one line (fedbench-report sets it)
         self.members = list(t.members)
         self._tune, self._grid = tune_spec(t.spec), {}  # best of a grid per tuned row (grid.py)
         self.row_keys, self.row_names = self._order(
@@ -382,7 +434,16 @@ class Report:
         ``no target``)."""
         if path in DERIVED:
             return self._to_target(run, path, col)
-        if "@" in path:  # <metric>@<round>: the value logged at that round; <metric>@mean: mean over rounds
+        if (
+            "@reach:" in path
+        ):  # <metric>@reach:<acc>>=<x>: its value at the first round <acc> reached x (never: "never")
+            name, goal = path.split("@reach:", 1)
+            acc, x = goal.rsplit(">=", 1)
+            first = next((r for r, v in run.series(acc) if r >= 1 and v >= float(x)), None)
+            v = "never" if first is None else run.rounds().get(first, {}).get(name)
+            if v == "never":
+                return v
+        elif "@" in path:  # <metric>@<round>: the value logged at that round; <metric>@mean: mean over rounds
             name, at = path.rsplit("@", 1)
             if at == "mean":
                 pts = [x for _, x in run.series(name)]
