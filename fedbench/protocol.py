@@ -78,7 +78,7 @@ def check(cfg) -> None:
         )
 
 
-def line(cfg) -> str:
+def line(cfg, counts: bool = True) -> str:
     """The protocol in one line, e.g. ``personalized models · all 20 clients · test split local · final (mean of the
     last 5 evaluations after round 0) · FedReMa §5.1``."""
     p = OmegaConf.create(resolve(cfg))
@@ -92,9 +92,10 @@ def line(cfg) -> str:
     if p.model == "personalized" and ft:
         model += f" (the method fine-tunes {ft})"
     if p.clients == "all":
-        clients = f"all {cfg.clients} clients"
+        clients = f"all {cfg.clients} clients" if counts else "all clients"
     else:
-        clients = f"held-out new clients ({cfg.eval.new_clients.fraction:g} of {cfg.clients}, never trained)"
+        share = f" ({cfg.eval.new_clients.fraction:g} of {cfg.clients}, never trained)" if counts else ""
+        clients = f"held-out new clients{share}"
     split = "the global test set" if p.model == "global" else f"test split {p.test_split}"
     stat = {
         "best": "best evaluation",

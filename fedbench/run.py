@@ -13,7 +13,6 @@ from .callbacks import DivergenceGuard
 from .config import validate
 from .errors import ConfigError
 from .preemption import PreemptionGuard
-from .rundir import signal_name
 
 
 class Run:
@@ -113,8 +112,6 @@ class Run:
         for cb in self.callbacks:
             cb.on_end(self, summary)
         if self.guard.received:
-            print(
-                f"fedbench: {signal_name(self.guard.received)} received while finishing; {self.run_dir} is complete",
-                file=sys.stderr,
-            )
+            sig = rundir.signal_name(self.guard.received)
+            print(f"fedbench: {sig} received while finishing; {self.run_dir} is complete", file=sys.stderr)
         return summary

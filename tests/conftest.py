@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -33,6 +34,16 @@ def make_cfg(*overrides: str, fast: bool = True, cache_dir: str | Path | None = 
         cfg = compose("config", overrides=[*(FAST if fast else []), *extra, *overrides])
     GlobalHydra.instance().clear()
     return cfg
+
+
+def metrics_by_round(run_dir: Path) -> dict[int, dict]:
+    """metrics.jsonl merged by round: a round may log several rows (its metrics, then a picture such as the last
+    round's client_spread.png)."""
+    rows: dict[int, dict] = {}
+    for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        rows.setdefault(r["round"], {}).update(r)
+    return rows
 
 
 def fedbench_main(args: list[str]) -> None:

@@ -34,7 +34,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [  # bottom to top; names under fedb
     ("files", ("files", "plots")),
     ("blocks", ("data", "models")),
     ("engine", ("engine", "engine.agreement")),
-    ("shared", ("context", "losses", "prototypes", "metrics", "forgetting")),
+    ("shared", ("context", "losses", "prototypes", "metrics", "forgetting", "communication", "protocol")),
     ("algo-base", ("algorithms.base", "algorithms.local")),
     ("algorithms", ("algorithms",)),
     ("monitors", ("evaluation", "similarity", "newclients", "console", "loggers")),

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import make_cfg, run_cfg
+from conftest import make_cfg, metrics_by_round, run_cfg
 
 from fedbench import seeding
 from fedbench.engine.stack import broadcast
@@ -75,7 +75,7 @@ def test_monitor_beside_fedavg_computes_s_on_the_rounds_trained_local_heads(tmp_
     saved = np.load(out / "round_00001.npz")
     assert np.allclose(saved["S"], want, atol=1e-12)
     assert not np.allclose(want, 1.0)  # local heads differ (the global model's would give S = 1)
-    rows = {r["round"]: r for r in map(json.loads, (tmp_path / "run" / "metrics.jsonl").read_text().splitlines())}
+    rows = metrics_by_round(tmp_path / "run")
     sets, gaps = zip(*(_code_row(want[k]) for k in range(K)))
     assert rows[1]["similarity/relevant_set_sizes"] == [len(a) for a in sets]
     assert rows[1]["similarity/mean_max_diff"] == pytest.approx(np.mean(gaps), abs=1e-12)  # Δs̄ (Eq. 8, as a mean)
