@@ -84,6 +84,18 @@ CHECKS: dict[str, tuple] = {
     "model.modulator_hidden": list_of(lambda x: is_int(x) and x >= 1, "a list of integers >= 1"),
     "model.kernel_size": int_at_least(1),
     "model.padding": int_at_least(0),
+    "dataset.normalize": (
+        lambda v: (
+            v is None
+            or (
+                hasattr(v, "keys")
+                and set(v.keys()) == {"mean", "std"}
+                and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in [*v["mean"], *v["std"]])
+                and all(x > 0 for x in v["std"])
+            )
+        ),
+        "null or {mean: [...], std: [...]} with every std > 0 (one value per channel)",
+    ),
     "dataset.augment": (
         lambda v: (
             v is None

@@ -9,6 +9,7 @@ import logging
 import os
 import sys
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,6 +21,7 @@ from omegaconf import OmegaConf
 from fedbench import checkpoint as ckpt
 from fedbench import cli
 from fedbench.config import CHECKS
+from fedbench.errors import ConfigError
 
 FAST = ["rounds=1", "clients=4", "local_epochs=1", "logger=none", "hardware.threads=1"]
 
@@ -120,6 +122,7 @@ EXTRA = [
     ("partition=shards partition.shards_per_client=1000", "partition.shards_per_client", "1000"),
     ("batch_size=100000 drop_last=true", "batch_size", "100000"),
     ("hydra.run.dir=", "hydra.run.dir", "''"),
+    ("dataset.normalize={mean:[0.5],std:[0]}", "dataset.normalize", "'std': [0]"),
 ]
 
 
@@ -312,3 +315,95 @@ def test_save_rounds_after_the_last_round_are_said_not_silently_dropped(tmp_path
     assert code == 0, err
     assert "eval.similarity.save_rounds [5, 9] are after the last round (rounds=1): never saved" in err
     assert (run / "diagnostics" / "head_similarity" / "round_00001.npz").exists()
+
+
+# ---- corrupt data files (issue #37): named, before any training ------------------------------------------------
+def write_idx(path: Path, array: np.ndarray) -> None:
+    """An MNIST idx file (big-endian header: magic 0x08 (uint8) << 8 | ndim, then each dimension)."""
+    header = (0x0800 | array.ndim).to_bytes(4, "big") + b"".join(int(n).to_bytes(4, "big") for n in array.shape)
+    path.write_bytes(header + array.astype(np.uint8).tobytes())
+
+
+@pytest.fixture
+def mnist_root(tmp_path):
+    """A 12 + 6 image MNIST in torchvision's layout (MNIST/raw/*-ubyte), readable as it is."""
+    raw = tmp_path / "data" / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    g = np.random.default_rng(0)
+    for prefix, n in (("train", 12), ("t10k", 6)):
+        write_idx(raw / f"{prefix}-images-idx3-ubyte", g.integers(0, 256, (n, 28, 28)))
+        write_idx(raw / f"{prefix}-labels-idx1-ubyte", np.arange(n) % 10)
+    return tmp_path / "data"
+
+
+def load_mnist_at(root: Path):
+    from fedbench.data.datasets import load_dataset
+
+    cfg = OmegaConf.create(
+        {"dataset": {**yaml.safe_load((CONF / "dataset" / "mnist.yaml").read_text()), "root": str(root)}}
+    ).dataset
+    cfg.cache = False
+    return load_dataset(cfg, root / "cache")
+
+
+@pytest.mark.parametrize(
+    "damage, words",
+    [
+        ("labels_200", "labels in 0..9: sample 3 is labelled 200"),
+        ("short_labels", "train images and labels to match: 12 images, 11 labels"),
+        ("bad_magic", "train-images-idx3-ubyte"),
+        ("empty_test", "t10k-images-idx3-ubyte"),
+        ("truncated", "train-images-idx3-ubyte"),
+    ],
+)
+def test_a_corrupt_mnist_file_is_named_not_trained_on_or_called_missing(mnist_root, damage, words):
+    assert len(load_mnist_at(mnist_root).y) == 18  # the fixture itself reads
+    raw = mnist_root / "MNIST" / "raw"
+    if damage == "labels_200":
+        labels = np.arange(12) % 10
+        labels[3] = 200
+        write_idx(raw / "train-labels-idx1-ubyte", labels)
+    elif damage == "short_labels":
+        write_idx(raw / "train-labels-idx1-ubyte", np.arange(11) % 10)
+    elif damage == "bad_magic":
+        f = raw / "train-images-idx3-ubyte"
+        f.write_bytes(b"\x00\x00\x07\x07" + f.read_bytes()[4:])
+    elif damage == "empty_test":
+        (raw / "t10k-images-idx3-ubyte").write_bytes(b"")
+    else:
+        f = raw / "train-images-idx3-ubyte"
+        f.write_bytes(f.read_bytes()[:-100])
+    with pytest.raises(ConfigError) as e:
+        load_mnist_at(mnist_root)
+    assert e.value.key == "dataset.root" and words in str(e.value) and "not found" not in str(e.value)
+
+
+def test_a_zero_byte_image_is_named(image_tree):
+    from fedbench.data.datasets import load_dataset
+
+    bad = image_tree / "test" / "b" / "1.png"
+    bad.write_bytes(b"")
+    cfg = imagefolder_cfg(image_tree)
+    cfg.cache = False
+    with pytest.raises(ConfigError) as e:
+        load_dataset(cfg, image_tree / "cache")
+    assert e.value.key == "dataset.root" and e.value.value == str(bad) and "a readable image file" in str(e.value)
+
+
+def test_a_missing_test_class_folder_is_refused_and_an_empty_one_said(image_tree, capsys):
+    """Issue #37: a test split without a class folder scored that class as nothing (accuracy 0 reported)."""
+    import shutil
+
+    from fedbench.data.datasets import load_dataset
+
+    cfg = imagefolder_cfg(image_tree)
+    cfg.cache = False
+    for f in (image_tree / "test" / "b").iterdir():
+        f.unlink()
+    load_dataset(cfg, image_tree / "cache")
+    assert "class folder(s) ['b'] hold no images in train or test" in capsys.readouterr().err
+    shutil.rmtree(image_tree / "test" / "b")
+    (image_tree / "test" / "c").mkdir()
+    with pytest.raises(ConfigError) as e:
+        load_dataset(cfg, image_tree / "cache")
+    assert e.value.key == "dataset.root" and "(missing: ['b'], not in train: ['c'])" in str(e.value)

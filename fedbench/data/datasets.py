@@ -85,7 +85,12 @@ def _decode_files(paths: list[str], channels: int, image_size: int | None) -> to
     mode = ImageReadMode.RGB if channels == 3 else ImageReadMode.GRAY
     with warnings.catch_warnings():  # torchvision 0.29 warns on every call (codecs → torchcodec)
         warnings.filterwarnings("ignore", "The image decoding", DeprecationWarning)
-        imgs = [decode_image(read_file(p), mode=mode) for p in paths]
+        imgs = []
+        for p in paths:
+            try:
+                imgs.append(decode_image(read_file(p), mode=mode))
+            except (RuntimeError, ValueError) as e:  # a 0-byte or truncated file: name it (was "run failed: ...")
+                raise ConfigError("dataset.root", p, f"a readable image file: {str(e).splitlines()[0]} (replace it)")
     if image_size is not None:
         size = [int(image_size)] * 2
         imgs = [im if list(im.shape[1:]) == size else F.resize(im, size, antialias=True) for im in imgs]
@@ -110,18 +115,54 @@ def _image_folder_split(split_dir: Path, class_to_idx, channels, image_size):
 
 def _load_image_folder(name, train_dir: Path, test_dir: Path, channels, image_size) -> Dataset:
     classes, class_to_idx = find_classes(str(train_dir))  # labels come from the train split
+    test_classes = {p.name for p in test_dir.iterdir() if p.is_dir()}
+    if test_classes != set(classes):  # a missing or misnamed class folder: its samples would be scored as nothing
+        missing, extra = sorted(set(classes) - test_classes), sorted(test_classes - set(classes))
+        raise ConfigError(
+            "dataset.root",
+            str(test_dir),
+            f"the train split's class folders (missing: {missing}, not in train: {extra})",
+        )
     tr_x, tr_y = _image_folder_split(train_dir, class_to_idx, channels, image_size)
     te_x, te_y = _image_folder_split(test_dir, class_to_idx, channels, image_size)
+    empty = [c for i, c in enumerate(classes) if not bool((te_y == i).any()) or not bool((tr_y == i).any())]
+    if empty:
+        where = train_dir.parent
+        print(
+            f"fedbench: warning: {name}: class folder(s) {empty} hold no images in train or test ({where})",
+            file=sys.stderr,
+        )
     return _raw(name, tr_x, tr_y, te_x, te_y, classes)
 
 
 def _torchvision_split(cls, cfg, train: bool):
-    """``.data`` / ``.targets`` of a torchvision dataset class (no per-sample transform)."""
+    """``.data`` / ``.targets`` of a torchvision dataset class (no per-sample transform); a file that is there but
+    cannot be read (bad header, truncated, empty) is named, not reported as missing."""
+    folder = Path(cfg.root) / getattr(cls, "base_folder", cls.__name__ + "/raw")
     try:
         return cls(str(cfg.root), train=train, download=bool(cfg.download))
-    except (RuntimeError, OSError) as e:  # torchvision: "Dataset not found" / download failed
-        folder = Path(cfg.root) / getattr(cls, "base_folder", cls.__name__ + "/raw")
+    except (RuntimeError, OSError, AssertionError, ValueError, IndexError) as e:  # not found / download failed / bad
+        bad = _unreadable_idx_file(cls, cfg)
+        if bad is not None:
+            raise ConfigError("dataset.root", str(bad[0]), f"a readable {cfg.name} file: this one {bad[1]}") from e
         raise _missing(cfg, [folder], f"{folder.relative_to(cfg.root)}/ (torchvision layout)") from e
+
+
+def _unreadable_idx_file(cls, cfg) -> tuple[Path, str] | None:
+    """(path, problem) of the first of an MNIST-like dataset's raw idx files that exists and does not parse, or
+    None."""
+    from torchvision.datasets.mnist import read_sn3_pascalvincent_tensor
+
+    raw = Path(cfg.root) / cls.__name__ / "raw"
+    for url, _ in getattr(cls, "resources", []):
+        f = raw / Path(url).name.removesuffix(".gz")
+        if not f.is_file():
+            continue
+        try:
+            read_sn3_pascalvincent_tensor(str(f), strict=True)
+        except Exception as e:  # noqa: BLE001  (torchvision asserts on a bad header or length)
+            return f, f"cannot be read ({type(e).__name__}: a bad header, an empty or a truncated file)"
+    return None
 
 
 def _normalise(x: torch.Tensor, norm) -> torch.Tensor:
@@ -197,6 +238,14 @@ def load_synthetic(cfg) -> Dataset:
 
 def _load_mnist_like(cls, cfg) -> Dataset:
     tr, te = _torchvision_split(cls, cfg, True), _torchvision_split(cls, cfg, False)
+    for split, d in (("train", tr), ("test", te)):
+        if len(d.data) != len(d.targets):  # e.g. a labels file of another split
+            raise ConfigError(
+                "dataset.root",
+                cfg.root,
+                f"{cfg.name}'s {split} images and labels to match: {len(d.data)} images, {len(d.targets)} labels "
+                "(a labels file of another split or dataset?)",
+            )
     return _raw(cfg.name, tr.data.unsqueeze(1), tr.targets, te.data.unsqueeze(1), te.targets, tr.classes)
 
 
@@ -364,5 +413,14 @@ def load_dataset(cfg, cache_dir: str | Path) -> Dataset:
                     "the run goes on without it",
                     file=sys.stderr,
                 )
+    bad = (raw.y < 0) | (raw.y >= len(raw.classes))
+    if bool(bad.any()):  # a corrupt labels file: it would train on, scoring chance
+        i = int(bad.nonzero()[0])
+        raise ConfigError(
+            "dataset.root",
+            str(cfg.get("root")),
+            f"{cfg.name}'s labels in 0..{len(raw.classes) - 1}: sample {i} is labelled {int(raw.y[i])} (a corrupt "
+            "labels file?)",
+        )
     raw.x = _normalise(raw.x, cfg.normalize)
     return raw
