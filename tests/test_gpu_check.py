@@ -4,9 +4,12 @@ from wheels, in --cpu-smoke mode. `make gpu-rehearsal` does the same with the wh
 
 import importlib.util
 import json
+import os
+import signal
 import subprocess
 import sys
 import tarfile
+import time
 import zipfile
 from importlib import metadata
 from pathlib import Path
@@ -150,3 +153,61 @@ def test_any_command_on_the_image_with_device_run(image_env, kit, tmp_path):
     assert all("\nseed: 1\n" in f.read_text() for f in (runs / "smoke" / "fedrema").glob("*/config.yaml"))
     bad = subprocess.run(["bash", str(SCRIPTS / "device_run.sh"), "--out", str(out)], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "no command" in bad.stderr
+
+
+def test_parallel_claim_runs_to_a_deadline_with_device_claims(image_env, kit, tmp_path):
+    """scripts/device_claims.py in the image-like venv through device_run.sh: one process per (experiment, seed), two
+    at a time; what finished comes back as claims.tar.gz that fedbench-claims reads here. A SIGTERM (as the budget's
+    end) while a run is under way stops every job and its fedbench process: no status is left saying running, no
+    process is left behind, and the archive is still written."""
+    env = {"PYTHON": str(image_env), "PATH": "/usr/bin:/bin", "FEDBENCH_KIT": str(kit), "FEDBENCH_DATA": str(tmp_path)}
+
+    def device_claims(out: Path, budget: str) -> list[str]:
+        cmd = ["bash", str(SCRIPTS / "device_run.sh"), "--out", str(out), "--", "python", "scripts/device_claims.py"]
+        return cmd + [
+            "fedka",
+            "--scale",
+            "smoke",
+            "--only",
+            "table1",
+            "--parallel",
+            "2",
+            "--out",
+            str(out),
+            "--budget",
+            budget,
+        ]
+
+    out = tmp_path / "out"
+    p = subprocess.run(device_claims(out, "300"), capture_output=True, text=True, timeout=600, env=env)
+    report = (out / "report.txt").read_text()
+    assert p.returncode == 0, (out / "console.txt").read_text()[-3000:]
+    assert report.count(": exit 0 after") == 2 and "fedka table1: 4 of 4 runs complete" in report, report
+    from fedbench.claims.results import RunSet
+    from fedbench.claims.spec import load
+
+    back = tmp_path / "back"
+    with tarfile.open(out / "claims.tar.gz") as tar:
+        tar.extractall(back, filter="data")
+        assert not [n for n in tar.getnames() if n.endswith(".pt")]  # no checkpoints travel back
+    pc = load("fedka")
+    runs = RunSet(pc, "smoke", back / "claims").runs(pc.experiments["table1"]["smoke"])
+    assert sorted((r.status, r.seed) for r in runs) == [("complete", 0)] * 2 + [("complete", 1)] * 2
+
+    late = tmp_path / "late"
+    proc = subprocess.Popen(device_claims(late, "600"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    work = late / "work" / "claims" / "smoke" / "fedka"
+    for _ in range(1200):  # until a run is under way
+        if any('"running"' in f.read_text() for f in work.glob("*/status.json")):
+            break
+        time.sleep(0.1)
+    script = subprocess.run(
+        ["pgrep", "-f", r"^\S*python\S* scripts/device_claims.py .*" + str(late)], capture_output=True, text=True
+    )
+    os.kill(int(script.stdout.split()[0]), signal.SIGTERM)
+    assert proc.wait(timeout=120) == 0
+    report = (late / "report.txt").read_text()
+    assert "SIGTERM, stopping 2 job(s)" in report and (late / "claims.tar.gz").exists(), report
+    statuses = [json.loads(f.read_text())["status"] for f in work.glob("*/status.json")]
+    assert statuses and "running" not in statuses, statuses
+    assert subprocess.run(["pgrep", "-f", str(late)], capture_output=True).returncode == 1  # nothing left behind
