@@ -46,6 +46,9 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=1, help="hardware.threads of each process")
     ap.add_argument("--budget", type=float, default=540.0, help="seconds until the processes still running stop")
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument(
+        "--work", type=Path, default=None, help="where the runs go (default OUT/work; outside $OUT on a GPU)"
+    )
     ap.add_argument("overrides", nargs="*", help="results-neutral overrides for every run (fedbench-claims run's)")
     args = ap.parse_args()
     start = time.monotonic()
@@ -62,7 +65,7 @@ def main() -> int:
         for s in (seeds or [str(x) for x in pc.experiments[name][args.scale].scale.seeds])
     ]
     args.out.mkdir(parents=True, exist_ok=True)
-    runs = args.out / "work" / "claims"
+    runs = (args.work or args.out / "work") / "claims"
     console = (args.out / "console.txt").open("a")
     report = (args.out / "report.txt").open("a")
     lock = threading.Lock()
@@ -72,7 +75,8 @@ def main() -> int:
             for f in {file, console}:
                 f.write(line + "\n")
                 f.flush()
-            print(line, flush=True)
+            if file is report:  # the jobs' own lines only in console.txt
+                print(line, flush=True)
 
     smi = None
     if shutil.which("nvidia-smi"):
