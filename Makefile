@@ -21,12 +21,12 @@ test: lint   ## the linter, then the whole test suite
 	$(BIN)/python -m pytest -q -n 2   # two workers: the suite takes about half the time on 2 cores
 
 lint: setup   ## ruff: lint and format check (line length 120, pyproject.toml)
-	$(BIN)/ruff check fedbench tests scripts
-	$(BIN)/ruff format --check fedbench tests scripts
+	$(BIN)/ruff check fedbench hydra_plugins tests scripts
+	$(BIN)/ruff format --check fedbench hydra_plugins tests scripts
 
 format: setup   ## ruff: fix what it can, then format
-	$(BIN)/ruff check --fix fedbench tests scripts
-	$(BIN)/ruff format fedbench tests scripts
+	$(BIN)/ruff check --fix fedbench hydra_plugins tests scripts
+	$(BIN)/ruff format fedbench hydra_plugins tests scripts
 
 bench: setup  ## executor throughput and fraction of the machine's FLOP bound
 	$(BIN)/python scripts/bench.py

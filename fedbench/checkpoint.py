@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import io
 import json
 import os
 import sys
@@ -72,6 +73,14 @@ def _unpack(o, device):
     return o
 
 
+def _serialized(obj) -> memoryview:
+    """``torch.save`` into memory: the file write that follows then fails as an OSError naming the file (torch's own
+    file writer says only "enforce fail at inline_container.cc" on a full disk or past ``ulimit -f``)."""
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getbuffer()
+
+
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -97,8 +106,9 @@ def save(run_dir: Path, t: int, state: dict, keep: int = 2) -> Path:
         d.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise WriteFailed(d, e) from None
+    data = _serialized(_pack({"round": t, **state}))
     with atomic(path, "wb") as f:
-        torch.save(_pack({"round": t, **state}), f)
+        f.write(data)
         f.flush()
         os.fsync(f.fileno())
         with atomic(path.with_suffix(".sha256")) as side:  # before the checkpoint appears (it is never loaded without)
@@ -124,19 +134,19 @@ def save_final(run_dir: Path, t: int, algorithm, fingerprint: str) -> Path:
 
     state = {k: v for k, v in algorithm.state_dict().items() if k != "opt_state"}
     path = Path(run_dir) / FINAL
-    with atomic(path, "wb") as f:
-        torch.save(
-            _pack(
-                {
-                    "round": t,
-                    "algorithm": algorithm.name,
-                    "config_fingerprint": fingerprint,
-                    "global": algorithm.global_model(),
-                    "state": state,
-                }
-            ),
-            f,
+    data = _serialized(
+        _pack(
+            {
+                "round": t,
+                "algorithm": algorithm.name,
+                "config_fingerprint": fingerprint,
+                "global": algorithm.global_model(),
+                "state": state,
+            }
         )
+    )
+    with atomic(path, "wb") as f:
+        f.write(data)
     return path
 
 

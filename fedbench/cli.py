@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import logging
 import os
 import sys
 import tempfile
@@ -544,6 +545,7 @@ def flags_first(argv: list[str]) -> list[str]:
 
 
 def main() -> None:
+    logging.raiseExceptions = False  # a full disk: a library's log handler (W&B's) prints no traceback per record
     sys.argv[1:] = flags_first(quote_dirs(sys.argv[1:]))
     args = sys.argv[1:]
     SWEEP_FAILED.clear()  # a failed job of an earlier sweep run in this process (tests, notebooks) is not this one's

@@ -58,6 +58,7 @@ class Run:
         done = self.rundir.previous(owner=False)  # read-only: skip a complete run, refuse a different config
         self.skipped = done is not None
         if done is not None:
+            self.rundir.finish_complete()  # what a run killed right after it completed left undone
             return done
         with self.rundir.locked():
             done = self.rundir.previous(owner=True)  # again, under the lock: archive (resume=false), skip or refuse

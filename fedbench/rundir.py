@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from . import provenance
-from .errors import ConfigError, Diverged, RunDirBusy, RunFailed
+from .errors import ConfigError, Diverged, RunDirBusy, RunFailed, WriteFailed
 from .files import atomic, read_json, write_json, written  # noqa: F401  (re-exported: a run's file writes)
 
 LOCK_NAME = ".fedbench.lock"
@@ -134,7 +134,26 @@ class Status:
     def set(self, **fields) -> None:
         self.data.update(fields)
         self.data["updated"] = _now()
-        write_json(self.path, self.data)
+        try:
+            write_json(self.path, self.data)
+        except WriteFailed as e:  # a full disk has no room for the temporary copy: rewrite the file where it is
+            if not self.overwrite_in_place():
+                raise e from None
+
+    def overwrite_in_place(self) -> bool:
+        """status.json rewritten in its own blocks (a full disk: the last word of a failing run is still true).
+        Not atomic: a reader that finds it cut rebuilds it from the run's files (:meth:`RunDir.previous`)."""
+        text = json.dumps(self.data, default=str).encode()
+        try:
+            with open(self.path, "r+b") as f:
+                if len(text) > max(os.fstat(f.fileno()).st_blksize, os.fstat(f.fileno()).st_size):
+                    return False
+                f.write(text)
+                f.truncate()
+                f.flush()
+            return True
+        except OSError:
+            return False
 
     def progress(self, t: int, rounds: int) -> None:
         """Round ``t`` of ``rounds`` is done: the round, and an ETA from this session's pace."""
@@ -152,6 +171,29 @@ class Status:
     def start_rounds(self, t0: int) -> None:
         """The rounds start after round ``t0`` now (the ETA counts from here, setup excluded)."""
         self._r0, self._t0 = t0, time.time()
+
+
+def is_interrupted_write(p: Path) -> bool:
+    """``p`` is the temporary file of an :func:`atomic` write (``<name>.tmp<pid>``)."""
+    return p.is_file() and p.name.rsplit(".tmp", 1)[-1].isdigit()
+
+
+def process_gone(status: dict) -> str | None:
+    """Why a ``running`` status.json is not true any more (its process, on this host, is dead: killed with -9, out of
+    memory, the machine rebooted), or None. A run on another host is taken at its word (its pid means nothing here)."""
+    if not isinstance(status, dict) or status.get("status") != "running" or status.get("host") != socket.gethostname():
+        return None
+    try:
+        pid = int(status["pid"])
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return (
+            f"its process (pid {pid} on {status['host']}) ended without saying how (killed?) after round "
+            f"{status.get('round', 0)}; the same command resumes it from its last checkpoint"
+        )
+    except (KeyError, TypeError, ValueError, PermissionError):  # PermissionError: alive, another user's
+        return None
+    return None
 
 
 # ---- the run directory's lifecycle (fedbench.run.Run.execute) ------------------------------------------------------
@@ -287,6 +329,8 @@ class RunDir:
         self.previous_status = {}
         if not self.path.is_dir():
             return None
+        if owner:
+            self.remove_interrupted_writes()
         old, problem = read_json(self.path / "status.json")
         if problem:
             if owner:
@@ -307,8 +351,11 @@ class RunDir:
                         os.replace(p, archive / p.name)
                 print(f"fedbench: resume=false: previous files of {self.path} moved to {archive}", file=sys.stderr)
             return None
-        recorded = (
-            old.get("config_fingerprint") or (summary or {}).get("config_fingerprint") or self.saved_fingerprint()
+        recorded = (  # config.yaml last: a torn one may still parse (the checkpoint's is checksummed)
+            old.get("config_fingerprint")
+            or (summary or {}).get("config_fingerprint")
+            or self.checkpoint_fingerprint()
+            or self.saved_fingerprint()
         )
         if recorded not in (None, self.fingerprint):
             raise ConfigError(
@@ -325,6 +372,49 @@ class RunDir:
             return summary
         self.previous_status = old
         return None
+
+    def remove_interrupted_writes(self) -> None:
+        """The temporary files of writes a killed run left (``<name>.tmp<pid>``, :func:`atomic`): never read, so they
+        go once this run owns the dir (no other fedbench process writes here while it holds the lock)."""
+        from .checkpoint import directory
+
+        for d in (self.path, directory(self.path)):
+            for p in d.glob("*.tmp*"):
+                if is_interrupted_write(p):
+                    p.unlink(missing_ok=True)
+
+    def finish_complete(self) -> None:
+        """A skipped complete run whose process was killed right after status.json said ``complete`` (before it pruned
+        its checkpoints and wrote its round table, or in the middle of a write): what it left undone, under the dir's
+        lock (not at all while another process holds it), so that a complete run's dir is the same however it ended."""
+        from .checkpoint import directory, prune
+        from .console import round_table
+
+        keep = int(self.cfg.checkpoint.keep_complete)
+        tables = [self.path / "metrics.csv", self.path / "curves.png"]
+        stray = [p for d in (self.path, directory(self.path)) for p in d.glob("*.tmp*") if is_interrupted_write(p)]
+        if len(list(directory(self.path).glob("round_*.pt"))) <= keep and all(p.exists() for p in tables) and not stray:
+            return
+        try:
+            with RunDirLock(self.path):
+                self.remove_interrupted_writes()
+                prune(self.path, keep)
+                if not all(p.exists() for p in tables):
+                    round_table(self.path)
+        except RunDirBusy:
+            return
+        except Exception as e:  # a convenience: the complete run's record is its summary and metrics.jsonl
+            print(f"fedbench: could not finish {self.path}: {describe(e)}", file=sys.stderr)
+
+    def checkpoint_fingerprint(self) -> str | None:
+        """The config fingerprint in the newest intact checkpoint (for a run whose status.json is gone or torn)."""
+        from .checkpoint import load_latest
+
+        try:
+            saved = load_latest(self.path, "cpu", warn=lambda msg: None)
+        except Exception:
+            return None
+        return (saved or {}).get("config_fingerprint")
 
     def saved_fingerprint(self) -> str | None:
         """The fingerprint of the run dir's resolved config.yaml (for a run whose status.json is gone)."""

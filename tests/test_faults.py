@@ -20,9 +20,11 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from wandb_files import read_run
 
 from fedbench import checkpoint as ckpt
+from fedbench.report.runs import load_run
 
 FAST = ["rounds=3", "clients=4", "local_epochs=1", "logger=none", "hardware.threads=1"]
 # ~0.2-1 s per round on digits: a run that is still going when the test acts on it
@@ -322,6 +324,45 @@ def test_resume_after_a_torn_metrics_line_and_a_corrupt_status(tmp_path, done_ru
     assert len(copies) == 1 and copies[0].read_text().endswith(torn)  # the torn file is kept
 
 
+def test_resume_after_a_torn_config_and_a_torn_status_trusts_the_checkpoint(tmp_path, done_run):
+    """config.yaml cut by a crash can still parse (half a mapping is a mapping): the checkpoint's fingerprint, which
+    its checksum vouches for, decides whether the run dir holds this config, not the torn file's."""
+    args, _, summary = done_run
+    run_dir = copy_of(done_run, tmp_path)
+    (run_dir / "summary.json").unlink()  # crashed after checkpoint 2, while rewriting its config and status
+    lines = (run_dir / "config.yaml").read_text().splitlines()
+    (run_dir / "config.yaml").write_text("\n".join(lines[: len(lines) // 2]) + "\n")
+    assert isinstance(yaml.safe_load((run_dir / "config.yaml").read_text()), dict)  # torn, yet YAML
+    (run_dir / "status.json").write_text('{"status": "running", "conf')
+    code, err = fedbench_here(*args, f"hydra.run.dir={run_dir}", tmp_path=tmp_path)
+    assert code == 0 and "after round 2" in err, err[-3000:]
+    assert json.loads((run_dir / "summary.json").read_text())["metrics"] == summary["metrics"]
+    whole = yaml.safe_load((done_run[1] / "config.yaml").read_text())
+    assert yaml.safe_load((run_dir / "config.yaml").read_text()) == {**whole, "cache_dir": str(tmp_path / "cache")}
+
+
+def test_a_complete_run_killed_before_it_tidied_up_is_finished_by_the_next_command(tmp_path, done_run):
+    """kill -9 right after status.json said complete: its checkpoints not pruned, metrics.csv / curves.png not
+    written, a temporary file of a cut write left; the same command (skipping the run) does what was left."""
+    args, _, summary = done_run
+    run_dir = copy_of(done_run, tmp_path)
+    (run_dir / "metrics.csv").unlink()
+    (run_dir / "curves.png").unlink()
+    (run_dir / "checkpoints" / "round_000003.pt.tmp4242").write_bytes(b"cut")
+    (run_dir / "summary.json.tmp4243").write_text("{")
+    same = [a for a in args if not a.startswith("checkpoint.keep_complete=")]  # the default: keep none
+    code, err = fedbench_here(*same, f"hydra.run.dir={run_dir}", tmp_path=tmp_path)
+    assert code == 0 and "already complete; skipped" in err, err[-3000:]
+    assert not (run_dir / "checkpoints").exists()
+    assert (run_dir / "metrics.csv").read_text().startswith("round,") and (run_dir / "curves.png").stat().st_size
+    assert not [f for f in run_dir.rglob("*") if ".tmp" in f.name]
+    assert json.loads((run_dir / "summary.json").read_text()) == summary
+    assert status(run_dir)["status"] == "complete"
+    before = snapshot(run_dir)
+    code, err = fedbench_here(*same, f"hydra.run.dir={run_dir}", tmp_path=tmp_path)
+    assert code == 0 and snapshot(run_dir) == before  # nothing left to do: nothing touched
+
+
 # ---- 5. no duplicate rounds ------------------------------------------------------------------------------
 def test_kill_9_before_the_first_checkpoint_then_rerun_logs_every_round_once(tmp_path):
     run_dir = tmp_path / "run"
@@ -340,6 +381,9 @@ def test_kill_9_before_the_first_checkpoint_then_rerun_logs_every_round_once(tmp
     proc.kill()
     proc.wait()
     assert not list(run_dir.glob("checkpoints/*.pt"))
+    assert status(run_dir)["status"] == "running"  # the killed process's last word; a report reads it as lost:
+    read = load_run(run_dir, 0, set())
+    assert read.status == "lost" and f"pid {proc.pid}" in read.error and "resumes" in read.error, read.error
     p = fedbench(*args, tmp_path=tmp_path)
     assert evaluated_rounds(run_dir) == [0, 1, 2, 3, 4]
     assert [r["round"] for r in rows(run_dir) if "image/partition" in r] == [0]
@@ -369,6 +413,37 @@ def test_a_full_disk_fails_with_one_line_and_keeps_the_last_good_checkpoint(tmp_
     code, err = fedbench_here(*full, tmp_path=tmp_path)  # space freed: the same command resumes
     assert code == 0 and "after round 1" in err, err[-3000:]
     assert json.loads((run_dir / "summary.json").read_text())["metrics"] == summary["metrics"]
+
+
+def test_a_disk_that_fills_up_mid_run_ends_in_one_line_and_a_true_status(tmp_path):
+    """A real full disk (a 2 MB tmpfs filled while the run is in round 3, W&B offline writing to it too): the error
+    names the file, W&B's logger prints no traceback per record, and status.json still says ``failed`` (rewritten in
+    its own blocks: there is no room for a temporary copy)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)], capture_output=True)
+    if mounted.returncode:
+        pytest.skip("cannot mount a small tmpfs here (needs root); the other disk tests limit the file size instead")
+    try:
+        run_dir = disk / "run"
+        args = ["rounds=60", "clients=6", "local_epochs=25", "logger=offline", "hardware.threads=1"]
+        proc = start(
+            *args, "checkpoint.every=5", "checkpoint.min_free_mb=0", f"hydra.run.dir={run_dir}", tmp_path=tmp_path
+        )
+        wait_for(lambda: 2 in evaluated_rounds(run_dir), proc)
+        with contextlib.suppress(OSError), open(disk / "filler", "wb") as f:
+            while True:
+                f.write(bytes(4096))
+                f.flush()
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == 1, err[-3000:]
+        lines = [ln for ln in err.splitlines() if ln.strip()]
+        assert "Traceback" not in err and "Logging error" not in err and len(lines) <= 2, err[-3000:]
+        assert lines[-1].startswith(f"fedbench: cannot write {run_dir}/") and "No space left on device" in lines[-1]
+        st = status(run_dir)
+        assert st["status"] == "failed" and "No space left on device" in st["error"], st
+    finally:
+        subprocess.run(["umount", str(disk)], capture_output=True)
 
 
 def test_a_picture_the_full_disk_cuts_is_named_with_its_path_and_removed(tmp_path):
@@ -455,6 +530,28 @@ def test_a_sweep_goes_on_past_failed_jobs_and_ends_with_one_summary_line(tmp_pat
     for name, s in jobs.items():
         if s["status"] != "complete":
             assert name in last and s["error"]
+
+
+def test_a_parallel_sweep_whose_worker_is_killed_says_so_in_one_line_and_no_status_stays_running(tmp_path):
+    """kill -9 of one joblib worker (as the out-of-memory killer does): joblib stops the pool, the sibling job with
+    it. The sweep says so in one line (no joblib traceback) with its summary line; the two status.json files still
+    say ``running`` (their processes were killed) and every reader takes them as lost; the same command resumes."""
+    sweep = tmp_path / "sweep"
+    args = ["-m", "hydra/launcher=parallel", "hydra.launcher.n_jobs=2", "seed=0,1", *SLOW, f"hydra.sweep.dir={sweep}"]
+    proc = start(*args, tmp_path=tmp_path)
+    dirs = lambda: [d for d in sweep.iterdir() if d.is_dir() and d.name != ".hydra"] if sweep.exists() else []  # noqa: E731
+    wait_for(lambda: len(dirs()) == 2 and all(evaluated_rounds(d)[-1:] >= [1] for d in dirs()), proc)
+    victim = status(dirs()[0])["pid"]
+    os.kill(victim, signal.SIGKILL)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 1 and "Traceback" not in err, err[-3000:]
+    assert "a worker process of hydra/launcher=parallel died" in err and "resumes them" in err, err[-3000:]
+    for d in dirs():
+        read = load_run(d, 0, set())
+        assert read.status in ("lost", "preempted") and read.status != "running", (d, read.status)
+    assert any(
+        load_run(d, 0, set()).status == "lost" and f"pid {victim}" in load_run(d, 0, set()).error for d in dirs()
+    )
 
 
 def test_a_diagnostic_the_full_disk_cuts_is_named_with_its_path_and_removed(tmp_path):

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import yaml
 
+from ..rundir import process_gone
+
 NOT_RUN_DIRS = {".hydra", "wandb", "checkpoints", "diagnostics", "previous", "report"}
 
 
@@ -146,6 +148,8 @@ def load_run(d: Path, position: int, neutral: set) -> RunRecord:
     status = _json(d / "status.json")
     if status:
         run.status, run.error = str(status.get("status", "pending")), status.get("error")
+        if gone := process_gone(status):  # "running" with a dead process (kill -9, out of memory): not running
+            run.status, run.error = "lost", gone
     if run.status == "complete":
         summary = _json(d / "summary.json")
         if isinstance(summary, dict):
