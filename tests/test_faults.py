@@ -446,6 +446,24 @@ def test_a_disk_that_fills_up_mid_run_ends_in_one_line_and_a_true_status(tmp_pat
         subprocess.run(["umount", str(disk)], capture_output=True)
 
 
+def test_a_checkpoint_past_the_file_size_limit_is_named_not_torchs_enforce_fail(tmp_path):
+    """``ulimit -f``: torch.save into a file fails as "[enforce fail at inline_container.cc:672]", naming nothing;
+    serialized in memory first, the write fails as an OSError naming the checkpoint, and no temporary file stays."""
+    import torch
+
+    from fedbench.errors import WriteFailed
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (50_000, hard))
+    try:
+        with pytest.raises(WriteFailed) as e:
+            ckpt.save(tmp_path, 1, {"w": torch.zeros(100_000)})
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert str(tmp_path / "checkpoints" / "round_000001.pt") in str(e.value) and "File too large" in str(e.value)
+    assert not [f for f in tmp_path.rglob("*") if f.is_file()]
+
+
 def test_a_picture_the_full_disk_cuts_is_named_with_its_path_and_removed(tmp_path):
     """matplotlib's own writes (partition.png, before the first round) fail without naming their file."""
     run_dir = tmp_path / "run"
