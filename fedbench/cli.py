@@ -545,6 +545,16 @@ def flags_first(argv: list[str]) -> list[str]:
 
 
 def main() -> None:
+    """The ``fedbench`` command: :func:`_main`, quiet when its reader goes away (``fedbench --help | head -1``)."""
+    try:
+        _main()
+        sys.stdout.flush()
+    except BrokenPipeError:  # (a run's own failure is already recorded by its guard)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at interpreter exit
+        sys.exit(141)  # 128 + SIGPIPE, as a shell tool killed by the signal
+
+
+def _main() -> None:
     logging.raiseExceptions = False  # a full disk: a library's log handler (W&B's) prints no traceback per record
     sys.argv[1:] = flags_first(quote_dirs(sys.argv[1:]))
     args = sys.argv[1:]

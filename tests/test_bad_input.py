@@ -407,3 +407,18 @@ def test_a_missing_test_class_folder_is_refused_and_an_empty_one_said(image_tree
     with pytest.raises(ConfigError) as e:
         load_dataset(cfg, image_tree / "cache")
     assert e.value.key == "dataset.root" and "(missing: ['b'], not in train: ['c'])" in str(e.value)
+
+
+def test_help_into_a_pipe_that_closes_early_is_quiet():
+    """``fedbench --help | head -1``: the reader goes after one line; no BrokenPipeError traceback, exit 141 (0 if the
+    whole text was in the pipe before ``head`` left: a race this test does not control)."""
+    import subprocess
+
+    p = subprocess.run(
+        ["bash", "-c", f"set -o pipefail; {sys.executable} -m fedbench.cli --help | head -1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.stdout.startswith("fedbench") and p.stdout.count("\n") == 1
+    assert p.stderr == "" and p.returncode in (0, 141), p.stderr[-2000:]
