@@ -17,6 +17,8 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 from .files import written  # noqa: E402
 
 DPI = 150
+VECTOR = ("pdf", "svg")  # formats a report may add beside each PNG (--pictures): vector, for papers and slides
+ALSO: list[str] = []  # the ones asked for (set_formats); the PNG is always written, the pages embed it
 MIN_WIDTH_PX = 1050  # >= 1000 px: readable when a page or a slide scales the picture down
 MIN_WIDTH_IN = MIN_WIDTH_PX / DPI
 
@@ -35,8 +37,19 @@ def integer_ticks(ax, x: bool = True, y: bool = False) -> None:
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
 
 
+def set_formats(text: str | None) -> None:
+    """``--pictures pdf,svg``: every picture also in these formats (``png`` may be named too; it is always written)."""
+    asked = [f.strip().lower() for f in (text or "").split(",") if f.strip()]
+    bad = [f for f in asked if f not in ("png", *VECTOR)]
+    if bad:
+        raise ValueError(f"--pictures {text!r} — a comma list of png, {', '.join(VECTOR)}")
+    ALSO[:] = [f for f in VECTOR if f in asked]
+
+
 def save(fig, path: str | Path) -> Path:
-    """Write ``fig`` as a PNG at ``DPI``, scaled up (aspect kept) to at least ``MIN_WIDTH_PX`` wide, and close it."""
+    """Write ``fig`` as a PNG at ``DPI``, scaled up (aspect kept) to at least ``MIN_WIDTH_PX`` wide, and close it; also
+    as each format of ``ALSO`` beside it (same name, its suffix). tight_layout makes room for what is outside the axes
+    (a legend beside them, a wrapped title)."""
     w, h = fig.get_size_inches()
     if w < MIN_WIDTH_IN:
         fig.set_size_inches(MIN_WIDTH_IN, h * MIN_WIDTH_IN / w)
@@ -44,8 +57,9 @@ def save(fig, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        with written(path):  # a full disk: one line naming the picture, the cut file removed
-            fig.savefig(path, dpi=DPI)
+        for out in [path, *(path.with_suffix(f".{f}") for f in ALSO)]:
+            with written(out):  # a full disk: one line naming the picture, the cut file removed
+                fig.savefig(out, dpi=DPI)
     finally:
         plt.close(fig)
     return path

@@ -663,6 +663,10 @@ def test_report_page_csv_and_wandb_table_from_hand_written_runs(tmp_path):
     assert chance(">", 0.0, 2.30, 1.0, 3) == pytest.approx(0.80, abs=0.01)
     assert "* Ours: a test claim" in md
     assert "![c (smoke)](toy/c_smoke.png)" in md and (out / "toy" / "c_smoke.png").stat().st_size > 1000
+    from fedbench.claims.render import figure
+
+    ax = figure(res).axes[0]  # the picture's axes in words, not keys
+    assert ax.get_ylabel() == "personalized accuracy, best round (%)" and ax.get_title().startswith("c (smoke): holds")
     assert (
         str(tmp_path) not in md and "hydra.sweep.dir=<runs>/smoke/toy`" in md
     )  # a committed page names no machine path

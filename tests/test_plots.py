@@ -64,7 +64,7 @@ def test_report_pictures_are_wide_with_integer_round_ticks_and_named_legends(tmp
 
     [(xkey, fig)] = vs_key_figures(rep)
     acc, ccp = fig.axes[:2]
-    assert xkey == "delta" and acc.get_xlabel() == "δ"
+    assert xkey == "delta" and acc.get_xlabel() == "CCP threshold δ"
     paper = [ln for ln in acc.lines if ln.get_label().endswith("(paper)")]
     assert paper and all(ln.get_linestyle() == "None" for ln in paper)  # points, never joined
     assert [list(ln.get_xdata()) for ln in paper] == [[0.1, 0.9]]  # only where the paper has a number

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from fedbench.plots import set_formats
 from fedbench.report import (
     Report,
     Table,
@@ -24,6 +25,7 @@ from fedbench.report import (
     plot_curves,
     report,
 )
+from fedbench.report.figures import vs_key_figures
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -252,6 +254,18 @@ def test_delta_table_plots_and_merged_columns(tmp_path):
     names = sorted(p.name for p in pictures)
     assert names == ["fedrema_table3_curves_global_acc.png", "fedrema_table3_vs_delta.png"]
     assert all(p.stat().st_size > 1000 for p in pictures)
+    [(_, fig)] = vs_key_figures(rep)
+    assert [ax.get_xlabel() for ax in fig.axes] == ["CCP threshold δ"] * 2
+    set_formats("pdf,svg")  # --pictures pdf,svg: each picture also as PDF and SVG, the PNG still written
+    try:
+        [(_, again)] = report([root], out=tmp_path / "vector", wandb="disabled")
+    finally:
+        set_formats(None)
+    for png in again:
+        assert png.suffix == ".png" and png.with_suffix(".pdf").read_bytes().startswith(b"%PDF")
+        assert "<svg" in png.with_suffix(".svg").read_text()[:1000]
+    with pytest.raises(ValueError, match=r"--pictures 'eps' — a comma list of png, pdf, svg"):
+        set_formats("eps")
     csv_rows = _csv(tmp_path / "out" / "fedrema_table3.csv")
     assert csv_rows[("0.5", "Rounds in CCP")]["paper"] == "36"
 

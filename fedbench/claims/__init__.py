@@ -3,6 +3,7 @@ judged seed-paired (docs/claims.md).
 
     fedbench-claims run <paper|all> [--scale cpu|paper|smoke] [--runs DIR] [--dry-run] [<neutral overrides>...]
     fedbench-claims report [<paper|all>] [--scale cpu[,paper]] [--runs DIR] [--out DIR] [--wandb [MODE] | --no-wandb]
+                           [--pictures pdf,svg]
     fedbench-claims check [<paper|all>]
     fedbench-claims record <paper|all> [--scale cpu|paper|smoke] [--runs DIR] [--out DIR]
 
@@ -213,6 +214,7 @@ def main(argv=None) -> int:
         "smoke scale <runs>/smoke/results, so that a smoke check never overwrites a committed page)",
     )
     p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--pictures", help="also write every picture as pdf and/or svg, e.g. --pictures pdf,svg")
     p.add_argument("--force", action="store_true", help="rewrite a page even if it loses evidence (complete runs)")
     p.add_argument(
         "--wandb",
@@ -285,6 +287,12 @@ def main(argv=None) -> int:
                     file=sys.stderr,
                 )
             return 1 if problems else 0
+        from ..plots import set_formats
+
+        try:
+            set_formats(args.pictures)
+        except ValueError as e:
+            raise ClaimsError(str(e)) from None
         done = 0
         for name in _papers(args.paper):
             scales = (

@@ -8,10 +8,11 @@ import io
 import math
 from collections import Counter
 from pathlib import Path
+from textwrap import fill
 
 import numpy as np
 
-from ..report.tables import fmt
+from ..report.tables import fmt, path_words
 from .predicates import (
     ALPHA,
     FAILS,
@@ -124,9 +125,18 @@ def picture_name(res: ClaimResult) -> str:
 
 
 def plot(res: ClaimResult, path: Path) -> Path | None:
+    """:func:`figure`, saved (None when no run has a value)."""
+    from ..report.figures import _save
+
+    fig = figure(res)
+    return _save(fig, path) if fig is not None else None
+
+
+def figure(res: ClaimResult):
     """Bars (mean ± std over seeds, each seed a dot) with the paper's numbers as black diamonds; for a trend or a
-    range, our mean ± std over the swept value as a line and the paper's numbers as unconnected diamonds."""
-    from ..report.figures import _plt, _save
+    range, our mean ± std over the swept value as a line and the paper's numbers as unconnected diamonds. Axes in
+    words (``personalized accuracy, best round (%)``, ``CCP threshold δ``)."""
+    from ..report.figures import _plt, legend
 
     if not any(res.cell(r, c) for r in res.rows for c in res.cols):
         return None
@@ -136,11 +146,11 @@ def plot(res: ClaimResult, path: Path) -> Path | None:
         _trend(ax, res)
     else:
         _bars(ax, res)
-    ax.set_ylabel(c.metric + (f" ({res.unit})" if res.unit else ""))
-    ax.set_title(f"{c.id} ({res.scale}): {res.outcome.verdict} — {c.predicate.text}", fontsize=9)
-    ax.legend(fontsize=7)
+    ax.set_ylabel(path_words(c.metric) + (f" ({res.unit})" if res.unit else ""))
+    ax.set_title(fill(f"{c.id} ({res.scale}): {res.outcome.verdict} — {c.predicate.text}", 90), fontsize=9)
+    legend(ax)
     ax.grid(alpha=0.3)
-    return _save(fig, path)
+    return fig
 
 
 def _trend(ax, res: ClaimResult) -> None:
@@ -164,7 +174,9 @@ def _trend(ax, res: ClaimResult) -> None:
     xs = [x for x, _ in pts + paper]
     if min(xs) > 0 and max(xs) / min(xs) >= 50:
         ax.set_xscale("log")
-    ax.set_xlabel(c.over)
+    from ..report.figures import key_words
+
+    ax.set_xlabel(key_words(c.over))
 
 
 def _bars(ax, res: ClaimResult) -> None:

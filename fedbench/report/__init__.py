@@ -227,8 +227,12 @@ def main(argv=None) -> int:
         action="store_true",
         help="put runs with different evaluation protocols in one column anyway (docs/protocol.md)",
     )
+    ap.add_argument("--pictures", help="also write every picture as pdf and/or svg, e.g. --pictures pdf,svg")
     args = ap.parse_args(argv)
     try:
+        from ..plots import set_formats
+
+        set_formats(args.pictures)
         done = report(
             args.dirs,
             args.out,

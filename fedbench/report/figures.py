@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
+from textwrap import fill
 
 import numpy as np
 
@@ -50,6 +51,23 @@ def key_name(key: str) -> str:
     """``algorithm.delta`` -> ``δ``, ``choice:model`` -> ``model``, ``participation`` -> ``participation``."""
     short = str(key).split(":")[-1].split(".")[-1]
     return SYMBOLS.get(short, short)
+
+
+KEY_WORDS = {  # swept keys an axis names in words
+    "algorithm.delta": "CCP threshold δ",
+    "algorithm.beta": "anchor weight β",
+    "partition.alpha": "Dirichlet α",
+    "partition.s": "IID share s",
+    "partition.imbalance_factor": "imbalance factor",
+    "participation": "participation ratio",
+    "local_epochs": "local epochs E",
+    "clients": "number of clients",
+}
+
+
+def key_words(key: str) -> str:
+    """An axis's swept key: ``algorithm.delta`` -> ``CCP threshold δ``; else :func:`key_name`."""
+    return KEY_WORDS.get(key, key_name(key))
 
 
 def _row_label(rep: Report, row: str) -> str:
@@ -128,7 +146,7 @@ def curve_figures(rep: Report, band: str = "minmax") -> list:
             ax.set_ylabel(metric_words(metric) + (" (%)" if scale == 100 else ""))
             ax.grid(alpha=0.3)
             if ax.lines:
-                ax.legend(fontsize=7)
+                legend(ax)
         for ax in list(axes.flat)[n:]:
             ax.axis("off")
         fig.suptitle(f"{t.title}\nmean over seeds, band = {'min–max' if band == 'minmax' else '± std'}", fontsize=9)
@@ -168,7 +186,7 @@ def plot_comm(rep: Report, out: Path) -> list[Path]:
         ax.set_ylabel(metric_words(metric) + (" (%)" if scale == 100 else ""))
         ax.grid(alpha=0.3)
         if ax.lines:
-            ax.legend(fontsize=7)
+            legend(ax)
     for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
     if not any(ax.lines for ax in axes.flat):
@@ -213,7 +231,7 @@ def vs_key_figures(rep: Report) -> list:
         _axes(
             ax,
             xs,
-            key_name(t.cols) if t.cols else xkey.replace("_", " "),
+            key_words(t.cols) if t.cols else xkey.replace("_", " "),
             ylabel + (" (%)" if all(t.percent(c.metric) for c in rep.columns) else ""),
         )
         ax.set_title(t.title, fontsize=9)
@@ -236,10 +254,10 @@ def vs_key_figures(rep: Report) -> list:
                     f"C{i % 10}",
                     _col_label(rep, c),
                 )
-            _axes(ax, xs, key_name(t.rows), name + (" (%)" if any(t.percent(c.metric) for c in cols) else ""))
+            _axes(ax, xs, key_words(t.rows), name + (" (%)" if any(t.percent(c.metric) for c in cols) else ""))
             why = next((w for c in cols if rep.has_paper(c) and (w := rep.not_comparable(c))), None)
             if why:  # the report gives these no Δ (n/c): the picture says so beside the paper's points
-                ax.set_title(f"not comparable with the paper: {why}", fontsize=8)
+                ax.set_title(fill(f"not comparable with the paper: {why}", 60), fontsize=8)
         fig.suptitle(t.title, fontsize=9)
         figs.append((rep.row_title(), fig))
     return figs
@@ -287,4 +305,12 @@ def _axes(ax, xs, xlabel, ylabel):
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
     if ax.lines:
+        legend(ax)
+
+
+def legend(ax) -> None:
+    """In the axes when it is short; beside them when it has more than 6 entries (it would cover the data)."""
+    if len(ax.get_legend_handles_labels()[0]) > 6:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    else:
         ax.legend(fontsize=7)

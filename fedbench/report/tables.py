@@ -44,6 +44,22 @@ def metric_words(metric: str) -> str:
     return METRIC_WORDS.get(metric, metric.replace("/", " ").replace("_", " "))
 
 
+STAT_WORDS = {"best": "best round", "final": "final", "last": "last round", "best_round": "round of its best"}
+
+
+def path_words(path: str) -> str:
+    """A metric path (a table's or a claim's) as an axis writes it: ``pers/acc.best`` -> ``personalized accuracy,
+    best round``; ``forgetting/missing@mean`` -> ``forgetting missing, mean over rounds``; ``global/acc@10`` ->
+    ``global-model accuracy, round 10``."""
+    if "@" in path:
+        metric, at = path.split("@", 1)
+        return f"{metric_words(metric)}, {'mean over rounds' if at == 'mean' else f'round {at}'}"
+    metric, _, stat = path.rpartition(".")
+    if metric and stat in STAT_WORDS:
+        return f"{metric_words(metric)}, {STAT_WORDS[stat]}"
+    return metric_words(path)
+
+
 # ---- tables -----------------------------------------------------------------------------------------------------
 
 
