@@ -554,9 +554,28 @@ def main() -> None:
         sys.exit(141)  # 128 + SIGPIPE, as a shell tool killed by the signal
 
 
+def estimate(args: list[str]) -> None:
+    """``fedbench --estimate [-m] <overrides>``: how long the command's runs take here, measured from the composed
+    config (fedbench/report/runtime.py: a few SGD steps of its model, no training); one line on stdout, exit 0."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from .report.runtime import estimate_line, estimate_overrides
+
+    given = [a for a in args if ("=" in a or a.startswith("~")) and not a.startswith("-") and "hydra." not in a]
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        got = estimate_overrides(
+            [*_searchpath(), *given], lambda o: compose("config", overrides=o, return_hydra_config=True), {}
+        )
+    GlobalHydra.instance().clear()
+    print(f"fedbench: {estimate_line(got)}")
+
+
 def _main() -> None:
     logging.raiseExceptions = False  # a full disk: a library's log handler (W&B's) prints no traceback per record
-    sys.argv[1:] = flags_first(quote_dirs(sys.argv[1:]))
+    wants_estimate = "--estimate" in sys.argv[1:]
+    sys.argv[1:] = flags_first(quote_dirs([a for a in sys.argv[1:] if a != "--estimate"]))
     args = sys.argv[1:]
     SWEEP_FAILED.clear()  # a failed job of an earlier sweep run in this process (tests, notebooks) is not this one's
     if any(a in ("--shell-completion", "-sc") for a in args) and complete_experiment(args):
@@ -567,6 +586,8 @@ def _main() -> None:
     ):
         _check_config_files(args)
         precheck(args)
+        if wants_estimate:
+            return estimate(args)
         if note := table_note(args):
             print(f"fedbench: {note}", file=sys.stderr)
         if any(a in ("-m", "--multirun") for a in args) and not any(a.startswith("hydra.sweep.dir=") for a in args):

@@ -72,3 +72,52 @@ def test_estimate_is_jobs_times_rounds_times_measured_round(tmp_path):
     assert cpu["seconds"] > 1.2 * cpu["runs"] * cpu["rounds"] * cpu["s_per_round"]
     assert {k: v for k, v in after.items() if k != "smoke"} == {k: v for k, v in before.items() if k != "smoke"}
     assert len(before) > 5
+
+
+def test_any_command_line_gets_an_estimate_without_training(tmp_path, capsys, monkeypatch):
+    """``fedbench --estimate``: the runs of any command line (its -m values) x rounds x the measured s/round, in one
+    line, and no run made."""
+    from conftest import fedbench_main
+
+    monkeypatch.chdir(tmp_path)
+    fedbench_main(["--estimate", "-m", "algorithm=fedavg,fedprox", "seed=0,1", "rounds=7", "clients=4"])
+    line = capsys.readouterr().out.strip()
+    assert line.startswith("fedbench: estimated ") and "4 runs x 7 rounds x " in line, line
+    assert not (tmp_path / "outputs").exists()  # nothing ran
+
+
+class _Fixed(dict):
+    """Per-sample costs (train, evaluate) given, not measured: the estimate's arithmetic alone."""
+
+    def __init__(self, train, evaluate):
+        super().__init__()
+        self.pair = (train, evaluate)
+
+    def __contains__(self, key):
+        return True
+
+    def __getitem__(self, key):
+        return self.pair
+
+
+def test_the_estimate_scales_with_local_epochs_and_not_with_seeds():
+    """Training only (evaluation free): a round costs E x the E = 1 round, and a swept E = 1,3 costs their mean (2x)
+    per run; evaluation only: E changes nothing. Seeds multiply runs, never the cost per run."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from fedbench.report.runtime import estimate_overrides
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        go = lambda given, costs: estimate_overrides(  # noqa: E731
+            ["rounds=5", "clients=4", *given], lambda o: compose("config", overrides=o, return_hydra_config=True), costs
+        )
+        one = go(["local_epochs=1", "seed=0,1,2"], _Fixed(1e-3, 0.0))
+        three = go(["local_epochs=3"], _Fixed(1e-3, 0.0))
+        assert one["runs"] == 3 and three["s_per_round"] == pytest.approx(3 * one["s_per_round"], rel=1e-3)
+        both = go(["local_epochs=1,3"], _Fixed(1e-3, 0.0))
+        assert both["runs"] == 2 and both["seconds"] == pytest.approx(2 * 2 * 5 * one["s_per_round"], rel=1e-3)
+        e1, e3 = go(["local_epochs=1"], _Fixed(0.0, 1e-3)), go(["local_epochs=3"], _Fixed(0.0, 1e-3))
+        assert e1["s_per_round"] == e3["s_per_round"] > 0
+    GlobalHydra.instance().clear()

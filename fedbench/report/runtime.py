@@ -165,21 +165,20 @@ def estimate(entry: dict, scale: str, compose, costs: dict) -> dict | None:
     has no command or its data is not here."""
     import shlex
 
+    if scale == "cpu" and not entry.get("reduced"):
+        return None
+    given = shlex.split(entry["reduced"])[3:] if scale == "cpu" else []  # after "fedbench -m +experiment=..."
+    return estimate_overrides([f"+experiment={entry['name']}", *given], compose, costs)
+
+
+def estimate_overrides(given: list[str], compose, costs: dict) -> dict:
+    """{runs, rounds, s_per_round, seconds} of the runs of a command line's overrides (``fedbench --estimate``): its
+    sweep is the config's ``hydra.sweeper.params`` and the overrides with several values (``seed=0,1,2``)."""
     from omegaconf import OmegaConf
 
     from ..errors import ConfigError
 
-    if scale == "cpu" and not entry.get("reduced"):
-        return None
-    given = shlex.split(entry["reduced"])[3:] if scale == "cpu" else []  # after "fedbench -m +experiment=..."
-    cfg = compose(
-        [
-            f"+experiment={entry['name']}",
-            *_first_values(dict(g.split("=", 1) for g in given)),
-            "logger=none",
-            "hardware=cpu",
-        ]
-    )
+    cfg = compose([*_first_values(dict(g.split("=", 1) for g in given)), "logger=none", "hardware=cpu"])
     params = OmegaConf.to_container(cfg.hydra.sweeper.params) if cfg.hydra.sweeper.params is not None else {}
     given_keys = {g.split("=", 1)[0].lstrip("+~") for g in given}
     sweep = {k: v for k, v in params.items() if k.lstrip("+~") not in given_keys}
@@ -187,7 +186,7 @@ def estimate(entry: dict, scale: str, compose, costs: dict) -> dict | None:
     runs = int(np.prod([len(_values(k, v)) for k, v in sweep.items()])) if sweep else 1
     plain = [g for g in given if g.split("=", 1)[0] not in sweep]
     first = _first_values(sweep)
-    cell = _cell(compose([f"+experiment={entry['name']}", *plain, *first, "logger=none", "hardware=cpu"]), costs)
+    cell = _cell(compose([*plain, *first, "logger=none", "hardware=cpu"]), costs)
     cost = cell["rounds"] * cell["s_per_round"]
     factor, missing = 1.0, []
     for i, (k, v) in enumerate(sweep.items()):
@@ -199,8 +198,7 @@ def estimate(entry: dict, scale: str, compose, costs: dict) -> dict | None:
             if val == values[0]:
                 variants.append(cost)
                 continue
-            overrides = [*plain, *first[:i], f"{k}={val}", *first[i + 1 :], "logger=none", "hardware=cpu"]
-            c = compose([f"+experiment={entry['name']}", *overrides])
+            c = compose([*plain, *first[:i], f"{k}={val}", *first[i + 1 :], "logger=none", "hardware=cpu"])
             if all(OmegaConf.select(c, x) == OmegaConf.select(cfg, x) for x in COST_KEYS) and not k.startswith(
                 ("experiment/", "+experiment/")
             ):
@@ -220,6 +218,17 @@ def estimate(entry: dict, scale: str, compose, costs: dict) -> dict | None:
         "seconds": float(f"{runs * cost * factor:.4g}"),
     }
     return {**out, "not_measured": missing} if missing else out
+
+
+def estimate_line(got: dict) -> str:
+    """``12 runs x 50 rounds x 20 s = 3.3 h`` and what the number counts."""
+    runs = f"{got['runs']} runs x " if got["runs"] > 1 else ""
+    return (
+        f"estimated {hours(got['seconds'])} here: {runs}{got['rounds']} rounds x {got['s_per_round']:.3g} s per round "
+        "on one CPU thread (FedAvg-equivalent local training and evaluation only, so a lower bound: "
+        "fedbench/report/runtime.py)"
+        + (f"; not measured: {'; '.join(got['not_measured'])}" if got.get("not_measured") else "")
+    )
 
 
 def write_estimates(entries: list[dict], conf_dir: Path, data_root: str | None, log=print) -> Path:
