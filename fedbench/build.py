@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 
 from . import seeding
 from .algorithms import ALGORITHMS
-from .callbacks import Evaluation, LocalModelMonitors, Logging, NewClientsEvaluation, say
+from .callbacks import Evaluation, FirstSteps, LocalModelMonitors, Logging, NewClientsEvaluation, say
 from .context import Context
 from .data.datasets import load_dataset
 from .data.federated import FederatedData
@@ -161,7 +161,16 @@ def callbacks(run) -> list:
     """The round loop's callbacks, in the order they are called (fedbench/callbacks.py)."""
     monitors = [LocalModelMonitors(run.forgetting, run.similarity)] if run.forgetting or run.similarity else []
     new_clients = [NewClientsEvaluation(run.new_clients)] if run.new_clients else []
-    return [*monitors, Evaluation(run.evaluator), *new_clients, Logging(), run.checkpointer, *run.extra_callbacks]
+    first = [FirstSteps()]  # before the others: round 1's clock starts after its data schedule and client sampling
+    return [
+        *first,
+        *monitors,
+        Evaluation(run.evaluator),
+        *new_clients,
+        Logging(),
+        run.checkpointer,
+        *run.extra_callbacks,
+    ]
 
 
 def sample_clients(cfg, num_clients: int, new_clients: NewClients | None, t: int) -> torch.Tensor:

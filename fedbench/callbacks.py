@@ -11,8 +11,9 @@ an algorithm without being part of it — diagnostics, evaluation, logging, chec
   records the row, the checkpointer saves;
 * ``on_end(run, summary)`` once the run is complete (``summary.json`` is written).
 
-The order of ``run.callbacks`` (built by :func:`fedbench.build.callbacks`): the local-model monitors (forgetting,
-similarity), the evaluation, the new clients, the loggers, the checkpointer; extra callbacks given to ``Run`` last.
+The order of ``run.callbacks`` (built by :func:`fedbench.build.callbacks`): round 1's first-steps estimate, the
+local-model monitors (forgetting, similarity), the evaluation, the new clients, the loggers, the checkpointer; extra
+callbacks given to ``Run`` last.
 """
 
 from __future__ import annotations
@@ -98,6 +99,52 @@ class NewClientsEvaluation(Callback):
             tic = time.perf_counter()
             metrics.update(self.new_clients(run.algorithm, t))
             metrics["time/new_clients"] = time.perf_counter() - tic
+
+
+class FirstSteps(Callback):
+    """A long run's first estimate from its first local steps (issue #36): once round 1's local training has run
+    ``AFTER_S`` seconds, one line with the round's client-steps done and planned, the time that makes per round and
+    for the run, and status.json's ETA from it (until round 1 ends and the ETA follows the rounds). Counts local
+    training only (not evaluation, nor what a method does beside it); said only when round 1 is still under way."""
+
+    AFTER_S = 5.0
+
+    def __init__(self):
+        self.run = None
+
+    def on_start(self, run, t0: int) -> None:
+        self.run, self.said, self.first = run, False, t0 + 1
+        self.rounds_left = int(run.cfg.rounds) - t0
+        run.executor.on_steps = self
+
+    def before_round(self, run, t: int) -> None:
+        self.t0, self.done, self.planned = time.perf_counter(), 0, 0
+
+    def __call__(self, done: int, planned: int) -> None:
+        self.done, self.planned = self.done + done, self.planned + planned
+        elapsed = time.perf_counter() - self.t0
+        if self.said or elapsed < self.AFTER_S or not self.done or self.done >= self.planned:
+            return
+        self.said = True
+        per_round = elapsed * self.planned / self.done
+        total = per_round * self.rounds_left
+        say(
+            self.run.loggers,
+            f"fedbench: {self.done} of round {self.first}'s {self.planned} local client-steps in {elapsed:.0f} s: "
+            f"about {_duration(per_round)} per round, {_duration(total)} for {self.rounds_left} rounds (local "
+            f"training only; the ETA follows the rounds from the end of round {self.first})",
+        )
+        self.run.status.set(eta_s=round(total - elapsed), eta_from=f"round {self.first}'s first steps")
+
+    def after_round(self, run, t: int, metrics: dict) -> None:
+        run.executor.on_steps = None  # round 1 only: then the rounds' own pace (Status.progress)
+        run.status.data.pop("eta_from", None)
+
+
+def _duration(seconds: float) -> str:
+    from .console import clock
+
+    return clock(seconds)
 
 
 class Logging(Callback):

@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import make_cfg, run_cfg
 
@@ -399,3 +400,23 @@ def test_a_method_added_to_a_sweep_dir_as_printed_skips_the_done_jobs_and_shows_
     wall = json.loads((Path(skipped["dir"]) / "summary.json").read_text())["wall_time"]
     assert skipped["skipped"] and skipped["seconds"] == wall
     assert any(ln.startswith("1 ") and "complete (earlier run)" in ln for ln in again.stdout.splitlines())
+
+
+@pytest.mark.parametrize("executor", ["sequential", "vectorized"])
+def test_round_1_says_its_estimate_from_its_first_local_steps(tmp_path, monkeypatch, executor):
+    """Once round 1's local training has run FirstSteps.AFTER_S seconds (0 here: at its first step), one line: the
+    client-steps done of those planned (all 5 clients: E x ceil(n_i / B) steps each, n_i from partition_counts.csv),
+    and the time per round and for the run. Said once, in round 1 only."""
+    import math
+
+    from fedbench.callbacks import FirstSteps
+
+    monkeypatch.setattr(FirstSteps, "AFTER_S", 0.0)
+    cfg = make_cfg("local_epochs=2", "batch_size=16", "drop_last=false", f"hardware.executor={executor}")
+    run_cfg(cfg, tmp_path / "run")  # logger=none: the console is off, run.log keeps what it would have said
+    lines = [ln for ln in (tmp_path / "run" / "run.log").read_text().splitlines() if "local client-steps" in ln]
+    counts = np.loadtxt(tmp_path / "run" / "partition_counts.csv", delimiter=",", skiprows=1)
+    planned = sum(2 * math.ceil(n / 16) for n in counts.sum(1))
+    done = 1 if executor == "sequential" else 5  # one step of one client, or step 1 of every client at once
+    assert len(lines) == 1 and lines[0].startswith(f"fedbench: {done} of round 1's {planned} local client-steps in ")
+    assert "per round" in lines[0] and "for 3 rounds" in lines[0]

@@ -110,6 +110,9 @@ class Executor:
         self.dropped_samples = 0  # in steps of one sample that BatchNorm cannot train on (_steps_to_train)
         self._said: set = set()
         self.root: Executor = self  # the run's executor; a twin (sequential_twin) counts and speaks through it
+        # told of local training as it goes, (client-steps done, client-steps planned): the run's first-steps estimate
+        # (fedbench.callbacks.FirstSteps); a Python call per step, never a read of the device
+        self.on_steps: Callable[[int, int], None] | None = None
 
     def sequential_twin(self, **kw) -> "SequentialExecutor":
         """A sequential executor for the jobs a method cannot vectorize, counting its dropped samples in this one and
@@ -150,6 +153,10 @@ class Executor:
             "(said once; executor.dropped_samples counts them all)",
         )
         return [[b for b, one in zip(s, ones) if not one] for s, ones in zip(job.schedule, single)]
+
+    def _steps_done(self, done: int, planned: int = 0) -> None:
+        if self.root.on_steps is not None:
+            self.root.on_steps(done, planned)
 
     def _plan(self, job: LocalJob, padded: bool) -> tuple[Plan, torch.Tensor | None]:
         """The job's batches (and augmentation parameters, per sample of ``plan.flat``) on the device."""
@@ -204,6 +211,7 @@ class SequentialExecutor(Executor):
 
     def train(self, job: LocalJob, laid_out: tuple | None = None) -> LocalResult:
         pl, aug = laid_out or self._plan(job, padded=False)
+        self._steps_done(0, int(sum(pl.steps)))
         P, B, S = clone(job.params), clone(job.buffers), self._state0(job)
         m_count = len(job.schedule)
         losses = torch.zeros(m_count, dtype=torch.float64, device=job.x.device)
@@ -261,6 +269,7 @@ class SequentialExecutor(Executor):
                 grads = list(torch.autograd.grad(loss, leaves))
                 optim.step(job.opt, leaves, grads, job.trainable, s, batched=False)
                 total += loss.detach().to(torch.float64)
+                self._steps_done(1)
         for k in P:
             P[k][m] = p[k].detach()
         for k in B:
@@ -291,6 +300,7 @@ class VectorizedExecutor(Executor):
                 "those jobs run on the sequential executor (same results, slower); see fedbench/engine/masking.py",
             )
             return self.sequential_twin().train(job, (pl, aug))
+        self._steps_done(0, int(sum(pl.steps)))
         m_count, dev = len(job.schedule), job.x.device
         order = pl.order
         perm = None if order == list(range(m_count)) else torch.tensor(order)
@@ -384,6 +394,7 @@ class VectorizedExecutor(Executor):
             grads = list(torch.autograd.grad(loss.sum(), tl))
             optim.step(job.opt, tl, grads, job.trainable, state, batched=True)  # in place: the leaves view P
             losses[a : a + n] += loss.detach().to(torch.float64)
+            self._steps_done(int(n))
 
     # ---- memory ---------------------------------------------------------------------------------------------
     def chunk_size(self, job: LocalJob) -> int:
