@@ -87,6 +87,8 @@ def _did_you_mean_key(key: str, paths: list[str]) -> str:
     same = [p for p in paths if p.split(".")[-1] == leaf and p != key]
     if same:
         return f"did you mean {' or '.join(same[:3])}? "
+    if "." not in key and (where := _option_keys(leaf)):  # a key of another option (delta: FedReMa's algorithm.delta)
+        return "did you mean " + " or ".join(f"{g}.{leaf} (with {g}={', '.join(o[:3])})" for g, o in where) + "? "
     whole = _did_you_mean(key, paths)
     if whole:
         return whole
@@ -95,6 +97,27 @@ def _did_you_mean_key(key: str, paths: list[str]) -> str:
         leaves.setdefault(p.split(".")[-1], p)
     close = difflib.get_close_matches(leaf, list(leaves), n=1, cutoff=0.75)
     return f"did you mean {leaves[close[0]]}? " if close else ""
+
+
+def _option_keys(leaf: str) -> list[tuple[str, list[str]]]:
+    """(group, its options that have the top-level key ``leaf``) over the config groups but experiment."""
+    found = []
+    for group in GROUPS[:-1]:
+        have = []
+        for name in options(group):
+            for d in (CONF_DIR, *CONFIG_DIRS):
+                f = d / group / f"{name}.yaml"
+                if f.is_file():
+                    try:
+                        node = yaml.safe_load(f.read_text())
+                    except yaml.YAMLError:
+                        node = None
+                    if isinstance(node, dict) and leaf in node:
+                        have.append(name)
+                    break
+        if have:
+            found.append((group, have))
+    return found
 
 
 def fail(msg: str, code: int = 2):

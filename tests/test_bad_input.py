@@ -422,3 +422,17 @@ def test_help_into_a_pipe_that_closes_early_is_quiet():
     )
     assert p.stdout.startswith("fedbench") and p.stdout.count("\n") == 1
     assert p.stderr == "" and p.returncode in (0, 141), p.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    "override,hint",
+    [
+        ("delta=0.3", "did you mean algorithm.delta (with algorithm=fedrema, perfedavg)?"),  # another option's key
+        ("rounds_=3", "did you mean rounds?"),
+        ("algorithm=fedrema delta=0.3", "did you mean algorithm.delta?"),  # the chosen option has it
+    ],
+)
+def test_an_unknown_key_is_matched_to_the_key_it_names(override, hint, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, err = fedbench_in_process([*FAST, *override.split()], capsys)
+    assert code == 2 and hint in err and err.count("\n") == 1, err

@@ -224,7 +224,7 @@ def test_missing_data_names_root_and_paths(name, tmp_path):
         load_dataset(cfg, tmp_path / "cache")
     msg = str(e.value)
     assert e.value.key == "dataset.root" and e.value.value == str(empty)
-    assert f"looked in: {empty}/" in msg and "Point dataset.root at a folder containing" in msg
+    assert f"looked in: {empty}/" in msg and "Point data_root (every dataset; default $FEDBENCH_DATA" in msg
     assert ("has no downloader" if name in ("imagefolder", "tinyimagenet") else "dataset.download=true") in msg
     assert not (tmp_path / "cache").exists()
 

@@ -74,7 +74,8 @@ def _missing(cfg, looked: list[Path], what: str, no_download: str | None = None)
     return ConfigError(
         "dataset.root",
         cfg.root,
-        f"{cfg.name} not found; looked in: {paths}. Point dataset.root at a folder containing {what} {fix}",
+        f"{cfg.name} not found; looked in: {paths}. Point data_root (every dataset; default $FEDBENCH_DATA, "
+        f"else ./data) or dataset.root at a folder containing {what} {fix}",
     )
 
 
