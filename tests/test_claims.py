@@ -587,6 +587,17 @@ def test_paper_data_is_one_pseudo_seed():
     assert paper_data({"b": {"0.2": 3.0}}, ["0.2"]) == {"b": {"0.2": {0: 3.0}}}
 
 
+def test_run_estimate_says_the_time_of_the_runs_left_and_runs_nothing(tmp_path, capsys):
+    """`fedbench-claims run fedka --scale smoke --estimate`: per experiment, the runs still to make and their time
+    (runs left / runs x the estimate of the whole multirun), nothing launched; an experiment with all its runs
+    recorded says so."""
+    runs = tmp_path / "runs"
+    assert main(["run", "fedka", "--scale", "smoke", "--runs", str(runs), "--estimate", "--only", "table1"]) == 0
+    err = capsys.readouterr().err
+    assert "fedka smoke table1: 0/4 runs complete; the 4 to run: " in err, err
+    assert "estimated " in err and "4 runs x 1 rounds x " in err and not runs.exists()
+
+
 # ---- end to end at the smoke scale -----------------------------------------------------------------------------------
 
 

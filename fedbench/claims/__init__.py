@@ -195,6 +195,9 @@ def main(argv=None) -> int:
     r.add_argument("--scale", default="cpu", choices=SCALES)
     r.add_argument("--runs", type=Path, default=RUNS, help=f"where runs go (default {RUNS})")
     r.add_argument("--dry-run", action="store_true", help="print the multiruns, run nothing")
+    r.add_argument(
+        "--estimate", action="store_true", help="how long the runs still to make take here (measured), run nothing"
+    )
     r.add_argument("--only", help="comma list of experiments (default: every one the claims need)")
     r.add_argument("--seeds", help="comma list of the scale's seeds (a pilot; default: all of them)")
     r.add_argument(
@@ -258,6 +261,7 @@ def main(argv=None) -> int:
                         committed_records(name),
                         args.only.split(",") if args.only else None,
                         [int(x) for x in args.seeds.split(",")] if args.seeds else None,
+                        args.estimate,
                     )
                     for name in _papers(args.paper)
                 ]

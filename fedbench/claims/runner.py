@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from ..provenance import commit, machine  # noqa: F401  (re-exported: launches and records use them)
+from ..report.runtime import estimate_line, hours
 from .results import LAUNCHES, RunSet, sweep_dir
 from .spec import ClaimsError, PaperClaims
 
@@ -57,6 +58,7 @@ def run(
     records: Path | None = None,
     only: list[str] | None = None,
     seeds: list[int] | None = None,
+    estimate: bool = False,
 ) -> int:
     """Launch every experiment the claims need at ``scale`` that still has runs to do; the worst exit code. A run
     that ``records`` (committed run records, fedbench/claims/records.py) holds as complete is not run again: when
@@ -94,6 +96,16 @@ def run(
             args = [f"seed={','.join(map(str, seeds))}" if a.startswith("seed=") and seeds else a for a in exp.args()]
             launches = [["-m", *args, *extra, f"hydra.sweep.dir={sweep}"]]
         command = "; ".join("fedbench " + " ".join(shlex.quote(a) for a in args) for args in launches)
+        if estimate:  # the runs left x the measured cost of the experiment's runs (fedbench/report/runtime.py)
+            got = estimate_runs(exp.args(), extra)
+            left = len(runs) - done
+            print(
+                f"{head}; the {left} to run: {hours(got['seconds'] * left / max(got['runs'], 1))} "
+                f"({estimate_line(got)})",
+                file=sys.stderr,
+                flush=True,
+            )
+            continue
         print(f"{head}; running {'(dry run) ' if dry_run else ''}{command}", file=sys.stderr, flush=True)
         if dry_run:
             continue
@@ -127,4 +139,21 @@ def run(
     return worst
 
 
-__all__ = ["launch", "run", "check_extra", "neutral_keys", "commit", "machine"]
+def estimate_runs(args: list[str], extra: list[str]) -> dict:
+    """:func:`fedbench.report.runtime.estimate_overrides` of one experiment's multirun arguments."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from ..cli import CONF_DIR
+    from ..report.runtime import estimate_overrides
+
+    given = [a for a in [*args, *extra] if "=" in a and not a.startswith(("hydra.", "logger"))]
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            return estimate_overrides(given, lambda o: compose("config", overrides=o, return_hydra_config=True), {})
+    finally:
+        GlobalHydra.instance().clear()
+
+
+__all__ = ["launch", "run", "check_extra", "neutral_keys", "commit", "machine", "estimate_runs"]
