@@ -110,15 +110,17 @@ class FirstSteps(Callback):
     AFTER_S = 5.0
 
     def __init__(self):
-        self.run = None
+        self.run, self.said, self.first = None, False, 1
+        self.t0, self.done, self.planned = time.perf_counter(), 0, 0
 
     def on_start(self, run, t0: int) -> None:
         self.run, self.said, self.first = run, False, t0 + 1
         self.rounds_left = int(run.cfg.rounds) - t0
-        run.executor.on_steps = self
 
     def before_round(self, run, t: int) -> None:
-        self.t0, self.done, self.planned = time.perf_counter(), 0, 0
+        if t == self.first:  # round 1's own local training only (not round 0's evaluation, e.g. FT's fine-tuning)
+            self.t0, self.done, self.planned = time.perf_counter(), 0, 0
+            run.executor.on_steps = self
 
     def __call__(self, done: int, planned: int) -> None:
         self.done, self.planned = self.done + done, self.planned + planned
@@ -137,8 +139,9 @@ class FirstSteps(Callback):
         self.run.status.set(eta_s=round(total - elapsed), eta_from=f"round {self.first}'s first steps")
 
     def after_round(self, run, t: int, metrics: dict) -> None:
-        run.executor.on_steps = None  # round 1 only: then the rounds' own pace (Status.progress)
-        run.status.data.pop("eta_from", None)
+        if run.executor.on_steps is self:
+            run.executor.on_steps = None  # round 1 only: then the rounds' own pace (Status.progress)
+            run.status.data.pop("eta_from", None)
 
 
 def _duration(seconds: float) -> str:

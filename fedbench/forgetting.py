@@ -43,21 +43,25 @@ def forgetting_degree(acc_global, acc_local, xi: float) -> np.ndarray:
     return (g[None, :] - np.asarray(acc_local, dtype=np.float64)) / (g[None, :] + xi)
 
 
-def group_forgetting(acc_global, acc_local, groups, xi: float) -> dict:
-    """τ per class type: Eq. 1 applied to the type's mean class accuracy over its (client, class) cells,
-    τ_type = (mean acc_g − mean acc_l) / (mean acc_g + ξ); clients with NaN rows (absent this round) are left
-    out, and so are types without cells. The paper defines τ per class only (Eq. 1, ξ "for numerical
-    stability"); a plain mean of per-cell τ is swamped by a class the global model gets wholly wrong
-    (acc_g = 0: τ = −acc_l/ξ ≈ −10⁸), while here such a class simply adds nothing to the denominator."""
+def group_means(acc_global, acc_local, groups) -> dict:
+    """{type: (mean acc_g, mean acc_l)} over the type's (client, class) cells of the participants (clients with NaN
+    rows, absent this round, left out; types without cells too): the absolute accuracies behind τ_type."""
     g = np.broadcast_to(np.asarray(acc_global, dtype=np.float64)[None, :], np.shape(acc_local))
     local = np.asarray(acc_local, dtype=np.float64)
     out = {}
     for k, name in enumerate(GROUP_NAMES):
         cells = (np.asarray(groups) == k) & np.isfinite(local)
         if cells.any():
-            mg, ml = g[cells].mean(), local[cells].mean()
-            out[name] = float((mg - ml) / (mg + xi))
+            out[name] = (float(g[cells].mean()), float(local[cells].mean()))
     return out
+
+
+def group_forgetting(acc_global, acc_local, groups, xi: float) -> dict:
+    """τ per class type: Eq. 1 applied to the type's mean class accuracy over its (client, class) cells
+    (:func:`group_means`), τ_type = (mean acc_g − mean acc_l) / (mean acc_g + ξ). The paper defines τ per class only
+    (Eq. 1, ξ "for numerical stability"); a plain mean of per-cell τ is swamped by a class the global model gets wholly
+    wrong (acc_g = 0: τ = −acc_l/ξ ≈ −10⁸), while here such a class simply adds nothing to the denominator."""
+    return {name: (mg - ml) / (mg + xi) for name, (mg, ml) in group_means(acc_global, acc_local, groups).items()}
 
 
 def draw_forgetting(tau, groups, path, title: str):
@@ -228,7 +232,15 @@ class ForgettingMonitor:
             self.run.image("forgetting", png, t)
         if getattr(self.run, "data_schedule", None) is not None:  # Fig. 3: τ of the shrinking classes over rounds
             self.write_trace(self.run.data_schedule, t, draw=t == self.rounds)
-        return {f"forgetting/{k}": v for k, v in group_forgetting(acc_g, acc_l, self.groups, self.xi).items()}
+        means = {  # the absolute accuracies behind τ (τ is relative to the global model's own accuracy)
+            f"forgetting/{k}_{who}_acc": v
+            for k, pair in group_means(acc_g, acc_l, self.groups).items()
+            for who, v in zip(("global", "local"), pair)
+        }
+        return {
+            **{f"forgetting/{k}": v for k, v in group_forgetting(acc_g, acc_l, self.groups, self.xi).items()},
+            **means,
+        }
 
 
 __all__ = [
@@ -239,6 +251,7 @@ __all__ = [
     "class_groups",
     "forgetting_degree",
     "group_forgetting",
+    "group_means",
     "draw_forgetting",
     "draw_trace",
     "ForgettingMonitor",

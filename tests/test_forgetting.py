@@ -9,7 +9,15 @@ import pytest
 from conftest import make_cfg, run_cfg
 
 from fedbench.errors import ConfigError
-from fedbench.forgetting import DOMINANT, MISSING, NON_DOMINANT, class_groups, forgetting_degree, group_forgetting
+from fedbench.forgetting import (
+    DOMINANT,
+    MISSING,
+    NON_DOMINANT,
+    class_groups,
+    forgetting_degree,
+    group_forgetting,
+    group_means,
+)
 from fedbench.run import Run
 
 
@@ -63,6 +71,12 @@ def test_forgetting_per_class_type_on_a_hand_made_confusion_history():
         tau = forgetting_degree(acc_g, acc_l, xi)
         assert np.allclose(tau, expected_tau[t], rtol=1e-6, equal_nan=True)
         got = group_forgetting(acc_g, acc_l, groups, xi)
+        if t == 1:  # the means behind τ_type (hand values above)
+            means = group_means(acc_g, acc_l, groups)
+            assert means["dominant"] == pytest.approx((0.5, 0.675)) and means["non_dominant"] == pytest.approx(
+                (0.75, 0.15)
+            )
+            assert means["missing"] == pytest.approx((0.25, 0.0))
         assert got.keys() == expected_type[t].keys()
         for name, v in expected_type[t].items():
             assert got[name] == pytest.approx(v, rel=1e-7), (t, name)
@@ -96,6 +110,9 @@ def test_tau_compares_round_start_global_model_with_the_trained_local_model(tmp_
     logged = next(r for r in rows if r["round"] == 2 and "forgetting/dominant" in r)
     g, local = class_acc[1], class_acc[2]  # one client: every class dominant
     assert logged["forgetting/dominant"] == pytest.approx((g.mean() - local.mean()) / (g.mean() + 1e-8), rel=1e-9)
+    # the absolute accuracies behind τ: the round-start global model's and the trained local model's
+    assert logged["forgetting/dominant_global_acc"] == pytest.approx(g.mean(), rel=1e-12)
+    assert logged["forgetting/dominant_local_acc"] == pytest.approx(local.mean(), rel=1e-12)
 
 
 def test_forgetting_for_partial_participation_and_other_methods(tmp_path):

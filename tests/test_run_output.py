@@ -402,6 +402,18 @@ def test_a_method_added_to_a_sweep_dir_as_printed_skips_the_done_jobs_and_shows_
     assert any(ln.startswith("1 ") and "complete (earlier run)" in ln for ln in again.stdout.splitlines())
 
 
+def test_the_first_steps_estimate_ignores_local_training_outside_round_1(tmp_path, monkeypatch):
+    """FedAvg-FT fine-tunes every client to evaluate round 0 (before round 1 starts): that training is not round 1's,
+    and must neither break the run nor count in its estimate."""
+    from fedbench.callbacks import FirstSteps
+
+    monkeypatch.setattr(FirstSteps, "AFTER_S", 0.0)
+    s = run_cfg(make_cfg("algorithm=fedavg_ft", "rounds=2"), tmp_path / "run")
+    assert s["status"] == "complete"
+    [line] = [ln for ln in (tmp_path / "run" / "run.log").read_text().splitlines() if "local client-steps" in ln]
+    assert line.startswith("fedbench: 1 of round 1's ")
+
+
 @pytest.mark.parametrize("executor", ["sequential", "vectorized"])
 def test_round_1_says_its_estimate_from_its_first_local_steps(tmp_path, monkeypatch, executor):
     """Once round 1's local training has run FirstSteps.AFTER_S seconds (0 here: at its first step), one line: the

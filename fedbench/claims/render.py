@@ -626,6 +626,9 @@ def _details(res: ClaimResult, picture: Path | None) -> list[str]:
                 for row, v in sorted(rows.items())
             )
         )
+    absent = [p for p in c.diagnose if p not in res.diagnostics]
+    if absent and any(res.cell(r, col) for r in res.rows for col in res.cols):  # runs made before fedbench logged it
+        md.append(f"* Diagnostic {', '.join(f'`{p}`' for p in absent)}: not in these runs (logged by newer runs)")
     if c.note:
         md.append(f"* Note: {c.note}")
     if res.outcome.tests:
