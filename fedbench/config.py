@@ -82,6 +82,11 @@ CHECKS: dict[str, tuple] = {
     "model.hidden": list_of(lambda x: is_int(x) and x >= 1, "a list of integers >= 1 (one per hidden layer)"),
     "model.head_hidden": list_of(lambda x: is_int(x) and x >= 1, "a list of integers >= 1 (one per head layer)"),
     "model.modulator_hidden": list_of(lambda x: is_int(x) and x >= 1, "a list of integers >= 1"),
+    "model.dropout": list_of(
+        lambda x: isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x < 1,
+        "a list [body rate, head rate] of numbers with 0 <= rate < 1",
+        length=2,
+    ),
     "model.kernel_size": int_at_least(1),
     "model.padding": int_at_least(0),
     "dataset.normalize": (

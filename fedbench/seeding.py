@@ -32,6 +32,11 @@ def torch_generator(seed: int, *parts, device: str | torch.device = "cpu") -> to
     return g
 
 
+def key31(seed: int, *parts) -> int:
+    """A 31-bit integer key for one purpose (keys the integer hashes of fedbench.models.dropout)."""
+    return int(np.random.SeedSequence(_key(seed, *parts)).generate_state(1, dtype=np.uint32)[0] >> 1)
+
+
 def seed_everything(seed: int, *parts) -> None:
     """Seed torch's global generator (used by module initialisation)."""
     g = torch_generator(seed, *parts)

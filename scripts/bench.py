@@ -8,6 +8,11 @@ Workloads (``--workloads``):
   dir0.1     the same clients, model and total number of images (600 per client, 80 % train), split by a
   dir0.5     Dirichlet(alpha) label skew: client sizes differ ~10x, so batches and step counts are ragged (the
              vectorized executor pads and masks them; one batched call per local step index). Synthetic 3x32x32.
+  pfl_cifar10  pfl-research's CIFAR-10 benchmark (+experiment=peers/pfl_cifar10): 1,000 clients x 50 images, the 50
+             sampled each round train 5 steps of batch 10, model pfl_cnn; the global model evaluated every 10 rounds
+             (its time amortised: s/round = training + evaluation / 10). --clients/--epochs/--batch-size/--model do
+             not apply. Real CIFAR-10 when present, synthetic otherwise. scripts/peers/pfl_cifar10.py runs
+             pfl-research itself beside it.
 Whole rounds count: local training, aggregation and evaluation (personalized + global test set). Every measurement
 runs in its own process (so its peak memory is its own).
 
@@ -125,6 +130,27 @@ def measure(spec: dict) -> dict:
     from fedbench.run import Run
 
     executor, _, workers = spec["executor"].partition("@")  # e.g. sequential@1: one client at a time
+    sampled = spec["workload"] == "pfl_cifar10"  # a fraction of the clients per round, evaluation every eval_every
+    if sampled:
+        shape = ["+experiment=peers/pfl_cifar10"] + (
+            [f"data_root={spec['data']}"]
+            if spec["data"]
+            else [
+                "dataset=synthetic",
+                "dataset.shape=[3,32,32]",
+                "dataset.train_per_class=5000",
+                f"dataset.test_per_class={spec['test_per_class']}",
+            ]  # fmt: skip
+        )
+    else:
+        shape = [
+            f"clients={spec['clients']}",
+            f"model={spec['model']}",
+            f"local_epochs={spec['epochs']}",
+            f"batch_size={spec['batch_size']}",
+            "lr=0.01",
+            *workload_overrides(spec["workload"], spec["clients"], spec["data"], spec["shape"], spec["test_per_class"]),
+        ]
     overrides = [
         "logger=none",
         f"hardware.device={spec['device']}",
@@ -133,47 +159,56 @@ def measure(spec: dict) -> dict:
         f"hardware.precision={spec['precision']}",
         f"hardware.tf32={str(spec['tf32']).lower()}",
         f"hardware.max_memory={spec.get('max_memory') or 'null'}",
-        f"clients={spec['clients']}",
-        f"model={spec['model']}",
-        f"local_epochs={spec['epochs']}",
-        f"batch_size={spec['batch_size']}",
-        "lr=0.01",
         f"hardware.channels_last={spec['channels_last']}",
-        *workload_overrides(spec["workload"], spec["clients"], spec["data"], spec["shape"], spec["test_per_class"]),
+        *shape,
     ]
     cfg = compose_cfg(overrides)
     run = Run(cfg, tempfile.mkdtemp(prefix="fedbench-bench-"))
     run.setup()
     algo, dev = run.algorithm, run.device
-    clients = torch.arange(run.data.num_clients)
-    algo.round(0, clients)  # warm-up
+    every = int(cfg.eval_every) if sampled else 1
+
+    def clients(t: int) -> torch.Tensor:
+        return run.sample_clients(t) if sampled else torch.arange(run.data.num_clients)
+
+    algo.round(0, clients(0))  # warm-up
     run.evaluator(algo, 0)
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
-    rounds = [
-        timed(lambda: (algo.round(t, clients), run.evaluator(algo, t)), dev, spec["peak_n"])
-        for t in range(1, spec["rounds"] + 1)
-    ]
+    if sampled:  # training rounds and evaluations timed apart; an evaluation counts 1/eval_every per round
+        train = [timed(lambda: algo.round(t, clients(t)), dev, spec["peak_n"]) for t in range(1, spec["rounds"] + 1)]
+        ev = min(timed(lambda: run.evaluator(algo, t), dev, spec["peak_n"])[0] for t in range(2))
+        rounds = [(s + ev / every, p) for s, p in train]
+    else:
+        rounds = [
+            timed(lambda: (algo.round(t, clients(t)), run.evaluator(algo, t)), dev, spec["peak_n"])
+            for t in range(1, spec["rounds"] + 1)
+        ]
     peak = (
         torch.cuda.max_memory_allocated(dev)
         if dev.type == "cuda"
         else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     )
     times = [s for s, _ in rounds]
-    sizes = [len(run.data.train_idx[k]) for k in range(run.data.num_clients)]
+    epochs, batch = int(cfg.local_epochs), int(cfg.batch_size)
+    sizes = [len(run.data.train_idx[int(k)]) for k in clients(1)]
     n_train = sum(sizes)
-    steps = [spec["epochs"] * math.ceil(n / spec["batch_size"]) for n in sizes]
-    clean = clean_loop(run, spec) if spec["clean"] else None
-    n_eval = sum(len(run.data.test_idx[k]) for k in range(run.data.num_clients)) + len(run.data.global_test_idx)
+    steps = [epochs * math.ceil(n / batch) for n in sizes]
+    clean = clean_loop(run, spec) if spec["clean"] and not sampled else None
+    n_eval = (  # the test samples one evaluation scores: the clients' own splits and the global test set, as configured
+        sum(len(run.data.test_idx[k]) for k in range(run.data.num_clients)) * bool(cfg.eval.personalized)
+        + len(run.data.global_test_idx) * bool(cfg.eval.global_model)
+    )
     net, shape = run.fm.net, run.data.input_shape
-    train_flops = n_train * spec["epochs"] * flops_per_sample(net, shape, dev, True)
-    work = train_flops + n_eval * flops_per_sample(net, shape, dev, False)
+    train_flops = n_train * epochs * flops_per_sample(net, shape, dev, True)
+    work = train_flops + n_eval * flops_per_sample(net, shape, dev, False) / every
     s = min(times)
     return {
         **spec,
+        "clients": len(sizes),
         "s_per_round": s,
         "median_s": sorted(times)[len(times) // 2],
-        "samples_per_s": n_train * spec["epochs"] / s,
+        "samples_per_s": n_train * epochs / s,
         "flops_per_s": work / s,
         "fractions": sorted(work / t / p for t, p in rounds),
         "peak_bytes": int(peak),
@@ -373,7 +408,9 @@ def main():
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--clients", type=int, default=20)
     ap.add_argument("--executors", default="sequential,vectorized")
-    ap.add_argument("--workloads", default="equal", help="comma-separated: equal, dir0.1, dir0.5 (Dirichlet alpha)")
+    ap.add_argument(
+        "--workloads", default="equal", help="comma-separated: equal, dir0.1, dir0.5 (Dirichlet alpha), pfl_cifar10"
+    )
     ap.add_argument("--clients-sweep", dest="clients_sweep", default=None, help="e.g. 10,20,50,100,200")
     ap.add_argument("--sweep-workload", dest="sweep_workload", default="equal")
     ap.add_argument("--plot", default=None, help="where to draw the clients sweep (PNG)")

@@ -85,3 +85,18 @@ def test_bench_uneven_workload_and_clients_sweep(tmp_path):
         ("equal", "sequential", 5),
     }
     assert all(r["peak_bytes"] > 0 and r["samples_per_s"] > 0 and r["flops_per_s"] > 0 for r in saved)
+
+
+def test_bench_pfl_research_workload(tmp_path):
+    """--workloads pfl_cifar10: pfl-research's benchmark shape (+experiment=peers/pfl_cifar10), synthetic here: the 50
+    sampled clients of 1,000 take 5 steps of 50 images each per round (250 client-steps, 2,500 sample-gradients)."""
+    out = subprocess.run(
+        [sys.executable, str(SCRIPT), "--synthetic", "--workloads", "pfl_cifar10", "--rounds", "1", "--no-clean",
+         "--executors", "sequential", "--test-per-class", "20", "--peak-size", "256", "--json", "pfl.json"],
+        capture_output=True, text=True, timeout=900, check=True, cwd=tmp_path,
+    ).stdout  # fmt: skip
+    assert re.search(r"pfl_cifar10 sequential: [\d.]+ s/round", out), out
+    m = re.search(r"pfl_cifar10: client sizes (\d+)–(\d+), (\d+) client-steps/round", out)
+    assert m and m.groups() == ("50", "50", "250"), out
+    (r,) = json.loads((tmp_path / "pfl.json").read_text())
+    assert r["clients"] == 50 and r["samples_per_s"] > 0

@@ -526,6 +526,13 @@ def test_the_divergence_guard_stops_above_factor_times_the_first_rounds_mean_los
         run.check_finite(4, [3, 7], res(1.0, 1.0, w=(0.0, float("nan"))))
     run.cfg.divergence.factor = None  # null: only non-finite values stop a run
     run.check_finite(5, [3, 7], res(1e30, 1.0))
+    # one value among many (each client's row is checked through its sum: inf and -inf sum to nan, still caught)
+    big = lambda *rows: SimpleNamespace(loss=torch.ones(len(rows)), params={"w": torch.tensor(rows)})  # noqa: E731
+    run.check_finite(6, [3, 7], big([3e37, 3e37, -1.0], [1e30, -1e30, 2.0]))  # large but finite: goes on
+    with pytest.raises(Diverged, match=r"non-finite loss or parameters on client\(s\) \[3\]"):
+        run.check_finite(7, [3, 7], big([1.0, float("inf"), float("-inf")], [0.5, 0.25, 2.0]))
+    with pytest.raises(Diverged, match=r"non-finite loss or parameters on client\(s\) \[7\]"):
+        run.check_finite(8, [3, 7], big([1.0, 2.0, 3.0], [0.5, float("-inf"), 2.0]))
 
 
 # ---- 9. sweeps -------------------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from typing import Callable
 import torch
 from torch.func import vmap
 
+from ..models.dropout import keyed, step_key
 from . import optim
 from .augment import draw_job
 from .functional import FModel, cross_entropy
@@ -165,6 +166,15 @@ class Executor:
         aug = draw_job(job.augment, p, job.aug_key, ids, job.x[:1]) if job.augment is not None else None
         return p, aug
 
+    @staticmethod
+    def _dropout_base(job: LocalJob) -> int | None:
+        """The key of the job's dropout masks ((seed, purpose, phase, round) of ``aug_key``); None: no dropout."""
+        if not job.fm.has_dropout:
+            return None
+        from .. import seeding
+
+        return seeding.key31(*job.aug_key, "dropout") if job.aug_key else 0
+
     def _state0(self, job: LocalJob) -> Stack:
         """A copy of the job's optimizer state to update (fresh zeros when it has none)."""
         if job.opt_state is not None:
@@ -256,6 +266,8 @@ class SequentialExecutor(Executor):
         ctx = {**job.shared, **row(job.ctx, m)}
         total = torch.zeros((), dtype=torch.float64, device=device)  # the sum of the step losses, as the vectorized one
         o = pl.offsets[m]
+        base = self._dropout_base(job)
+        cid = job.client_ids[m] if job.client_ids is not None else m
         with self._loop():
             for step in range(pl.steps[m]):
                 idx = pl.flat[o[step] : o[step + 1]]
@@ -264,7 +276,8 @@ class SequentialExecutor(Executor):
                     x = job.augment.apply(x, aug[o[step] : o[step + 1]])
                 x = self._fmt(x)
                 y = job.y.index_select(0, idx)
-                with self.autocast(device):
+                drop = keyed(step_key(base, cid, step).to(device)) if base is not None else contextlib.nullcontext()
+                with self.autocast(device), drop:
                     loss = job.loss(job.fm, p, b, x, y, ctx)
                 grads = list(torch.autograd.grad(loss, leaves))
                 optim.step(job.opt, leaves, grads, job.trainable, s, batched=False)
@@ -356,14 +369,27 @@ class VectorizedExecutor(Executor):
     def _mapped(job: LocalJob) -> tuple:
         """The job's loss over a batch of clients (vmap), for plain and for padded batches."""
 
-        def one_client(p, b, x, y, ctx, shared):
-            return job.loss(job.fm, p, b, x, y, {**shared, **ctx})
+        def one_client(p, b, x, y, ctx, shared, key):
+            with keyed(key) if key is not None else contextlib.nullcontext():  # the client-step's dropout masks
+                return job.loss(job.fm, p, b, x, y, {**shared, **ctx})
 
-        def one_padded(p, b, x, y, ctx, shared, real_sub):
+        def one_padded(p, b, x, y, ctx, shared, key, real_sub):
             with padded_batch(real_sub):
-                return one_client(p, b, x, y, ctx, shared)
+                return one_client(p, b, x, y, ctx, shared, key)
 
-        return vmap(one_client, in_dims=(0, 0, 0, 0, 0, None)), vmap(one_padded, in_dims=(0, 0, 0, 0, 0, None, 0))
+        kd = 0 if job.fm.has_dropout else None  # the per-client dropout keys (None without dropout)
+        return (
+            vmap(one_client, in_dims=(0, 0, 0, 0, 0, None, kd)),
+            vmap(one_padded, in_dims=(0, 0, 0, 0, 0, None, kd, 0)),
+        )
+
+    def _keys(self, job: LocalJob, pl: Plan, a: int, n: int, t: int) -> torch.Tensor | None:
+        """The dropout keys of step ``t`` of the clients at positions [a, a + n) of ``pl.order`` (None: no dropout)."""
+        base = self._dropout_base(job)
+        if base is None:
+            return None
+        ids = job.client_ids if job.client_ids is not None else list(range(len(job.schedule)))
+        return step_key(base, torch.tensor([ids[m] for m in pl.order[a : a + n]]), t).to(job.x.device)
 
     def _steps(self, job: LocalJob, pl: Plan, aug_rows, calls, P, B, S, C, losses, a: int, b: int) -> None:
         """Local training of the clients at positions [a, b) of ``pl.order``: one batched call per step index."""
@@ -384,12 +410,14 @@ class VectorizedExecutor(Executor):
             bufs = {k: v[a : a + n] for k, v in B.items()}  # BatchNorm updates them in place
             state = {k: v[a : a + n] for k, v in S.items()}
             ctx = {k: v[a : a + n] for k, v in C.items()}
+            key = self._keys(job, pl, a, n, t)
             with self.autocast(job.x.device):
                 if pl.padded[t]:
                     real = pl.real[r : r + n]
-                    loss = mapped_padded(leaves, bufs, x, torch.where(real, y, IGNORE), ctx, job.shared, real[:, :lb])
+                    y = torch.where(real, y, IGNORE)
+                    loss = mapped_padded(leaves, bufs, x, y, ctx, job.shared, key, real[:, :lb])
                 else:
-                    loss = mapped(leaves, bufs, x, y, ctx, job.shared)
+                    loss = mapped(leaves, bufs, x, y, ctx, job.shared, key)
             tl = [leaves[k] for k in job.trainable]
             grads = list(torch.autograd.grad(loss.sum(), tl))
             optim.step(job.opt, tl, grads, job.trainable, state, batched=True)  # in place: the leaves view P
@@ -446,6 +474,7 @@ class VectorizedExecutor(Executor):
         b = {k: v[m0 : m0 + 1].clone() for k, v in job.buffers.items()}
         ctx = {k: v[m0 : m0 + 1] for k, v in job.ctx.items()}
         x, y = job.x[pl.index[:1]], job.y[pl.index[:1]]  # row 0: client m0's first step
+        drop = self._keys(job, pl, 0, 1, 0)
         saved: dict = {}
 
         def keep(t):
@@ -461,10 +490,10 @@ class VectorizedExecutor(Executor):
             if pl.padded[0]:
                 real = pl.real[:1]
                 loss = calls[1](
-                    p, b, x, torch.where(real, y, IGNORE), ctx, job.shared, real[:, : pl.L // max(1, pl.pack)]
+                    p, b, x, torch.where(real, y, IGNORE), ctx, job.shared, drop, real[:, : pl.L // max(1, pl.pack)]
                 )
             else:
-                loss = calls[0](p, b, x, y, ctx, job.shared)
+                loss = calls[0](p, b, x, y, ctx, job.shared, drop)
         torch.autograd.grad(loss.sum(), [p[k] for k in job.trainable])
         act = 2 * sum(saved.values())
         if dev.type == "cuda":

@@ -10,6 +10,7 @@ import torch
 from torch.func import functional_call
 
 from ..models import SplitNet
+from ..models.dropout import has_dropout
 from .masking import model_pads_ok, pad_aware
 
 
@@ -33,6 +34,7 @@ class FModel:
         self.eval_uses_batch_stats = any(
             isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and not m.track_running_stats for m in net.modules()
         )
+        self.has_dropout = has_dropout(net)  # KeyedDropout layers: the executors key their masks per client-step
         self.pads_ok = model_pads_ok(net)  # padded batches cannot leak into real samples (engine/masking.py)
         self._one_sample_fails: dict = {}  # input shape -> batch_of_one_fails
 

@@ -7,10 +7,18 @@ from omegaconf import OmegaConf
 
 from ..errors import ConfigError
 from .base import SplitNet
-from .nets import alexnet, cnn, lenet, mlp
+from .nets import alexnet, cnn, lenet, mlp, pfl_cnn
 from .resnet import resnet32, resnet50
 
-MODELS = {"mlp": mlp, "cnn": cnn, "alexnet": alexnet, "lenet": lenet, "resnet32": resnet32, "resnet50": resnet50}
+MODELS = {
+    "mlp": mlp,
+    "cnn": cnn,
+    "alexnet": alexnet,
+    "lenet": lenet,
+    "pfl_cnn": pfl_cnn,
+    "resnet32": resnet32,
+    "resnet50": resnet50,
+}
 
 
 def register(name: str):
@@ -40,6 +48,12 @@ def build_model(cfg, input_shape, num_classes: int) -> SplitNet:
     except RuntimeError as e:
         first = str(e).splitlines()[0]
         raise ConfigError("model", cfg.name, f"does not fit the dataset's {shape} inputs ({first})") from None
+    plain = [n for n, m in net.named_modules() if isinstance(m, torch.nn.modules.dropout._DropoutNd)]
+    if plain:  # torch's dropout draws from the global generator: under vmap it raises, sequentially it is unkeyed
+        raise ConfigError(
+            "model", cfg.name, f"uses torch.nn.Dropout ({', '.join(plain)}): build it with "
+            "fedbench.models.dropout.KeyedDropout (masks keyed by client and step, the same in both executors)"
+        )  # fmt: skip
     if tuple(out.shape) != (2, num_classes):
         raise ConfigError(
             "model", cfg.name, f"gives outputs {tuple(out.shape)} for {shape} inputs, expected (2, {num_classes})"

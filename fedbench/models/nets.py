@@ -5,6 +5,7 @@ from __future__ import annotations
 from torch import nn
 
 from .base import SplitNet, flat_dim
+from .dropout import KeyedDropout
 
 
 def _fc_head(in_dim: int, hidden: list[int], num_classes: int, relu: bool = True, bn: bool = False) -> nn.Sequential:
@@ -107,3 +108,33 @@ def lenet(input_shape, num_classes) -> SplitNet:
     # ECL §3.2 names a "last residual block"; for this CNN our choice is the last conv block + the FC layers.
     head = nn.Sequential(nn.Linear(84, num_classes))
     return SplitNet(body, head, "head.0", last_block=("body.3", "body.7", "body.9"))
+
+
+def pfl_cnn(input_shape, num_classes, channels=(32, 64), hidden=(128,), dropout=(0.25, 0.5)) -> SplitNet:
+    """pfl-research's ``simple_cnn`` (its CIFAR-10 benchmark model, ``benchmarks/model/pytorch/cnn.py``).
+
+    Conv3x3(32) -> ReLU -> Conv3x3(64) -> ReLU -> MaxPool2 -> Dropout(.25) -> flatten (12544 on 3x32x32) |
+    head: [FC 128 -> ReLU -> Dropout(.5)] per hidden width -> FC C. Valid (unpadded) convolutions; weights
+    Glorot/Xavier-uniform, biases torch's default, as there. Dropout is :class:`KeyedDropout` (masks keyed by
+    client and step, so both executors drop the same units; pfl-research uses torch's global generator).
+    """
+    c = input_shape[0]
+    body = nn.Sequential(
+        nn.Conv2d(c, channels[0], 3),
+        nn.ReLU(inplace=True),
+        nn.Conv2d(channels[0], channels[1], 3),
+        nn.ReLU(inplace=True),
+        nn.MaxPool2d(2),
+        KeyedDropout(dropout[0]),
+        nn.Flatten(),
+    )
+    layers: list[nn.Module] = []
+    d = flat_dim(body, input_shape)
+    for h in hidden:
+        layers += [nn.Linear(d, h), nn.ReLU(inplace=True), KeyedDropout(dropout[1])]
+        d = h
+    head = nn.Sequential(*layers, nn.Linear(d, num_classes))
+    for m in [*body, *head]:
+        if isinstance(m, (nn.Conv2d, nn.Linear)):
+            nn.init.xavier_uniform_(m.weight)
+    return SplitNet(body, head, _classifier_name(head))
