@@ -121,3 +121,33 @@ def test_the_estimate_scales_with_local_epochs_and_not_with_seeds():
         e1, e3 = go(["local_epochs=1"], _Fixed(0.0, 1e-3)), go(["local_epochs=3"], _Fixed(0.0, 1e-3))
         assert e1["s_per_round"] == e3["s_per_round"] > 0
     GlobalHydra.instance().clear()
+
+
+def test_the_estimate_counts_only_the_evaluations_the_run_makes():
+    """Evaluation only (1 s per sample): the digits' clients' test splits and the global test set, every eval_every
+    rounds — the clients' splits not at all with eval.personalized=false (an estimate counted them: pfl-research's
+    benchmark shape came out 116x too slow)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from fedbench.report.runtime import estimate_overrides
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("config", overrides=["clients=4"])
+        go = lambda given: estimate_overrides(  # noqa: E731
+            ["rounds=5", "clients=4", *given], lambda o: compose("config", overrides=o, return_hydra_config=True),
+            _Fixed(0.0, 1.0),
+        )  # fmt: skip
+        from fedbench.run import Run
+
+        run = Run(cfg, "unused")
+        run.setup()
+        local = sum(len(t) for t in run.data.test_idx)
+        glob = len(run.data.global_test_idx)
+        assert local > 0 and glob > 0 and local != glob
+        assert go([])["s_per_round"] == pytest.approx((local + glob) * 1.0, rel=1e-3)
+        assert go(["eval.personalized=false"])["s_per_round"] == pytest.approx(glob * 1.0, rel=1e-3)
+        assert go(["eval.global_model=false"])["s_per_round"] == pytest.approx(local * 1.0, rel=1e-3)
+        assert go(["eval_every=4"])["s_per_round"] == pytest.approx((local + glob) * 1.0 / 4, rel=1e-3)
+    GlobalHydra.instance().clear()

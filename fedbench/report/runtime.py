@@ -122,7 +122,9 @@ def _cell(cfg, costs: dict) -> dict:
         train_clients = [int(i) for i in nc.participants] if nc is not None else list(range(k))
         m = max(1, int(round(float(cfg.participation) * len(train_clients))))
         n_train = float(np.mean([len(data.train_idx[i]) for i in train_clients]))
-        evaluated = sum(len(t) for t in data.test_idx) + (len(data.global_test_idx) if cfg.eval.global_model else 0)
+        evaluated = sum(len(t) for t in data.test_idx) * bool(cfg.eval.personalized) + (  # what one evaluation scores
+            len(data.global_test_idx) if cfg.eval.global_model else 0
+        )
         key = (str(cfg.model.name), tuple(data.input_shape), int(data.num_classes), int(cfg.batch_size))
         if key not in costs:
             import torch
