@@ -172,7 +172,7 @@ def _trend(ax, res: ClaimResult) -> None:
     if paper:  # the paper's values as points only: nothing is drawn between them
         ax.plot([x for x, _ in paper], [p for _, p in paper], "kD", linestyle="none", label=f"paper: {label}")
     xs = [x for x, _ in pts + paper]
-    if min(xs) > 0 and max(xs) / min(xs) >= 50:
+    if xs and min(xs) > 0 and max(xs) / min(xs) >= 50:  # (no point at all: a claim with no complete cell yet)
         ax.set_xscale("log")
     from ..report.figures import key_words
 
