@@ -35,8 +35,11 @@ from .rundir import check_writable
 from .similarity import SimilarityMonitor
 
 
-def pick_device(requested: str) -> torch.device:
-    """``auto``: CUDA if present (in a multirun on a multi-GPU box, GPU = job number mod #GPUs), else CPU."""
+def pick_device(requested: str, local_rank: int | None = None) -> torch.device:
+    """``auto``: CUDA if present (in a multirun on a multi-GPU box, GPU = job number mod #GPUs), else CPU. A run over
+    several processes (``local_rank`` given): ``auto`` / ``cuda`` = GPU local rank mod #GPUs."""
+    if local_rank is not None and requested in ("auto", "cuda") and torch.cuda.is_available():
+        return torch.device(f"cuda:{local_rank % torch.cuda.device_count()}")
     if requested == "auto":
         if not torch.cuda.is_available():
             return torch.device("cpu")
@@ -54,9 +57,9 @@ def pick_device(requested: str) -> torch.device:
     return torch.device(requested)
 
 
-def hardware(hw) -> tuple[torch.device, torch.dtype]:
+def hardware(hw, world=None) -> tuple[torch.device, torch.dtype]:
     """The device and dtype of a run (``hardware``); sets the thread pools and the numerics."""
-    device = pick_device(hw.device)
+    device = pick_device(hw.device, world.local_rank if world is not None and world.size > 1 else None)
     if hw.threads:  # torch's and NumPy/SciPy's BLAS pools alike (server-side solvers use the latter)
         torch.set_num_threads(int(hw.threads))
         from threadpoolctl import threadpool_limits
@@ -124,7 +127,7 @@ def setup(run) -> None:
     hardware, the data, the model, the algorithm, the evaluator and the monitors, the callbacks."""
     cfg = run.cfg
     check_writable(run.run_dir, float(cfg.checkpoint.min_free_mb))
-    run.device, run.dtype = hardware(cfg.hardware)
+    run.device, run.dtype = hardware(cfg.hardware, run.world)
     run.data = federated_data(cfg, run.device, run.dtype)
     # a class shrinking on a client mid-run (FedKA Fig. 3; fedbench/data/schedule.py); off unless data_schedule is set
     run.data_schedule = DataSchedule.from_cfg(cfg, run.data)
@@ -146,6 +149,7 @@ def setup(run) -> None:
         publish=run.image,
         say=lambda line: say(run.loggers, line),
         observers=[lambda t, ids, res, phase: run.check_finite(t, ids, res)],
+        world=run.world,
     )
     run.algorithm = ALGORITHMS[cfg.algorithm.name](run.ctx)
     run.algorithm.setup()

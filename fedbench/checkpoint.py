@@ -59,15 +59,16 @@ def _pack(o):
     return o
 
 
-def _unpack(o, device):
+def unpack(o, device):
+    """A saved state (:func:`_pack`'s) on ``device``."""
     if isinstance(o, dict):
         if set(o) == {"__ndarray__"}:
             return o["__ndarray__"].numpy()
         if set(o) == {"__tuple__"}:
-            return tuple(_unpack(v, device) for v in o["__tuple__"])
-        return {k: _unpack(v, device) for k, v in o.items()}
+            return tuple(unpack(v, device) for v in o["__tuple__"])
+        return {k: unpack(v, device) for k, v in o.items()}
     if isinstance(o, list):
-        return [_unpack(v, device) for v in o]
+        return [unpack(v, device) for v in o]
     if torch.is_tensor(o):
         return o.to(device)
     return o
@@ -152,7 +153,7 @@ def save_final(run_dir: Path, t: int, algorithm, fingerprint: str) -> Path:
 
 def load_final(run_dir: Path, device="cpu") -> dict:
     """``model.pt`` of a complete run (see :func:`save_final`), loaded without executing code."""
-    return _unpack(torch.load(Path(run_dir) / FINAL, map_location="cpu", weights_only=True), device)
+    return unpack(torch.load(Path(run_dir) / FINAL, map_location="cpu", weights_only=True), device)
 
 
 def prune(run_dir: Path, keep: int) -> None:
@@ -175,6 +176,12 @@ def _warn(msg: str) -> None:
 
 def load_latest(run_dir: Path, device, warn=_warn) -> dict | None:
     """The newest intact checkpoint (checksum verified), falling back to older ones; None if none."""
+    saved = read_latest(run_dir, warn)
+    return None if saved is None else unpack(saved, device)
+
+
+def read_latest(run_dir: Path, warn=_warn) -> dict | None:
+    """:func:`load_latest` in host memory, as saved (:func:`unpack` puts it on a device)."""
     for path in sorted(directory(run_dir).glob("round_*.pt"), reverse=True):
         side = path.with_suffix(".sha256")
         if not side.exists() or side.read_text().strip() != _sha256(path):
@@ -184,7 +191,7 @@ def load_latest(run_dir: Path, device, warn=_warn) -> dict | None:
             )
             continue
         try:
-            return _unpack(torch.load(path, map_location="cpu", weights_only=True), device)
+            return torch.load(path, map_location="cpu", weights_only=True)
         except Exception as e:  # a truncated file that happens to match is still rejected, never executed
             warn(f"fedbench: checkpoint {path.name} cannot be read ({type(e).__name__}); trying the previous one")
     return None
@@ -229,7 +236,7 @@ class Checkpointer(Callback):
             "times": run.times,
             "evaluator_last": run.evaluator.last,
             "wandb_id": run.loggers.wandb_id,
-            "loss_reference": run.loss_reference,
+            "loss_reference": run.check_finite.reference,
             "config_fingerprint": fingerprint(run.cfg),
             "monitors": {n: m.state_dict() for n, m in self.monitors().items()},
         }
@@ -240,8 +247,9 @@ class Checkpointer(Callback):
         return {"round": t, "state": host_copy(self.state())}
 
     def restore(self, saved: dict) -> int:
-        """Continue from the checkpoint ``saved`` (its round is returned)."""
+        """Continue from the checkpoint ``saved`` (as read, or already on the run's device; its round is returned)."""
         run = self.run
+        saved = unpack(saved, run.device)
         if saved.get("config_fingerprint") != fingerprint(run.cfg):
             raise ConfigError(
                 "resume",

@@ -404,8 +404,8 @@ OmegaConf.register_new_resolver("fb_help_groups", help_groups, replace=True)  # 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
 def _task(cfg: DictConfig):
+    from .errors import describe
     from .run import Run
-    from .rundir import describe
 
     hc = HydraConfig.get()
     multirun = hc.mode is not None and hc.mode.name == "MULTIRUN"

@@ -132,6 +132,8 @@ CHECKS: dict[str, tuple] = {
     "hardware.max_memory": number(0, None, lo_open=True, optional=True),  # bytes, or a fraction (<= 1) of the device's
     "hardware.pin_memory": boolean(),
     "hardware.eval_batch": int_at_least(1),
+    "hardware.distributed": one_of("auto", "off"),
+    "hardware.distributed_timeout": number(0, None, lo_open=True),
     "logger.wandb.mode": one_of("auto", "online", "offline", "disabled"),
     "logger.wandb.project": text(),
     "logger.wandb.entity": text(optional=True),

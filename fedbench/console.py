@@ -64,7 +64,12 @@ def header_lines(run, start_round: int) -> list[str]:
     lines = [
         f"fedbench: run dir {run.run_dir}",
         f"fedbench: {what}",
-        f"fedbench: device {run.device}, executor {executor}, precision {cfg.hardware.precision}",
+        f"fedbench: device {run.device}, executor {executor}, precision {cfg.hardware.precision}"
+        + (
+            f"; {run.world.size} processes ({run.world.backend}): clients split, rank 0 writes"
+            if run.world.size > 1
+            else ""
+        ),
     ]
     if OmegaConf.select(cfg, "eval.protocol", default=None) is not None:
         from .protocol import line

@@ -15,7 +15,9 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
+from . import distributed
 from .data.federated import FederatedData
+from .distributed import World
 from .engine.executor import Executor, LocalResult
 from .engine.functional import FModel
 from .engine.stack import Stack
@@ -43,10 +45,13 @@ class Context:
     # called after EVERY local_train call with (t, client ids, result, phase): the divergence guard, the
     # forgetting and similarity monitors (which keep the round's phase "train" result)
     observers: list[Callable[[int, list[int], LocalResult, str], None]] = field(default_factory=list)
+    # the processes of a run launched by torchrun/srun: local training is split over them (fedbench/distributed.py)
+    world: World = field(default_factory=World)
 
     def predict(self, params: Stack, buffers: Stack, idx: list[np.ndarray]) -> list[torch.Tensor]:
         """Eval-mode logits of stacked model m on the pool samples ``idx[m]``, for every m."""
-        return self.executor.predict(self.fm, params, buffers, self.data.x, self.data.tensors(idx))
+        x, idx = self.data.x, self.data.tensors(idx)
+        return distributed.predict(self.executor, self.fm, params, buffers, x, idx, self.world)  # split over ranks
 
     @property
     def dtype(self) -> torch.dtype:

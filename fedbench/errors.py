@@ -27,3 +27,23 @@ class WriteFailed(RunFailed):
 
 class RunDirBusy(RuntimeError):
     """Another live run holds the run directory's lock."""
+
+
+def signal_name(signum: int) -> str:
+    import signal
+
+    return signal.Signals(signum).name
+
+
+def describe(e: BaseException) -> str:
+    """One line for an error: a config error or a failed write as they say, an OSError as its path and cause."""
+    from .preemption import Preempted  # (the same layer)
+
+    if isinstance(e, (ConfigError, RunFailed)):
+        return str(e)
+    if isinstance(e, Preempted):
+        return f"{signal_name(e.signum)} received"
+    if isinstance(e, OSError) and e.filename:
+        return f"cannot use {e.filename}: {e.strerror or e}"
+    first = (str(e).strip().splitlines() or [""])[0]
+    return f"{type(e).__name__}: {first}"

@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
-from . import build, communication, rundir
+from . import build, communication, distributed, rundir
 from . import checkpoint as ckpt
 from .callbacks import DivergenceGuard
 from .config import validate
@@ -17,18 +16,15 @@ from .preemption import PreemptionGuard
 
 class Run:
     def __init__(self, cfg, run_dir: str | Path, group: str | None = None, provenance=None, callbacks=()):
-        """``group``: the sweep's name when this run is a job of a multirun (then a run that fails before training keeps
-        its dir and status.json, for the sweep's summary and report); ``provenance``: Hydra's files for ``.hydra/``
-        (``config.yaml``, ``hydra.yaml``, ``overrides.yaml``), written once this run owns the dir; ``callbacks``: extra
-        callbacks (fedbench/callbacks.py), called after the run's own."""
+        """``group``: the sweep's name of a multirun's job (a job that fails before training keeps its dir and status);
+        ``provenance``: Hydra's files for ``.hydra/``, written once this run owns the dir; ``callbacks``: extra ones."""
         self.cfg, self.run_dir, self.group, self.provenance = cfg, Path(run_dir), group, provenance or {}
         self.rundir, self.checkpointer = rundir.RunDir(run_dir, cfg, group), ckpt.Checkpointer(self)
         self.extra_callbacks, self.validated = list(callbacks), False
         self.guard = self.loggers = self.status = None
         self.check_finite = DivergenceGuard(self)  # after every local training call (algorithms call it)
+        self.world = distributed.World()  # one process, unless execute() joins a launched group
 
-    loss_reference = property(lambda self: self.check_finite.reference)  # the divergence guard's (in checkpoints)
-    boundary = property(lambda self: self.checkpointer.boundary)
     fm = property(lambda self: self.ctx.fm)  # the algorithm's context holds the model (MOON may replace it)
     initial_params = property(lambda self: self.ctx.initial[0])
     initial_buffers = property(lambda self: self.ctx.initial[1])
@@ -46,34 +42,42 @@ class Run:
         self.loggers.image(key, path, t)
 
     def execute(self) -> dict:
-        """Run this run in its run dir, resume it, or skip it if it is complete (resume=false starts it over). From the
-        first write to the summary the run holds the dir's lock and runs under one guard: any exception or signal ends
-        with status.json ``failed`` / ``diverged`` / ``preempted`` and the reason; only a run whose summary is written
-        is ``complete``. A bad config leaves no new run dir behind (a sweep's job keeps its dir, saying why)."""
+        """Run, resume or skip (complete) this run in its dir, holding its lock, under one guard: an exception or signal
+        ends with status.json ``failed``/``diverged``/``preempted`` and why; only a run whose summary is written is
+        ``complete``; a bad config leaves no new dir. Over several processes rank 0 does this, the others follow."""
         try:
             self.validated = validate(self.cfg) or True
         except ConfigError as e:
             self.rundir.refused(e)
             raise
-        done = self.rundir.previous(owner=False)  # read-only: skip a complete run, refuse a different config
-        self.skipped = done is not None
-        if done is not None:
-            self.rundir.finish_complete()  # what a run killed right after it completed left undone
-            return done
+        self.world = distributed.join(self.cfg.hardware)
+        if not self.world.leader:
+            return rundir.follow(self)
+        with self.world.leading():  # if rank 0 stops before the rounds, the ranks waiting for its word stop too
+            return self._lead()
+
+    def _lead(self) -> dict:
+        self.skipped = (done := self.rundir.previous(owner=False)) is not None  # read-only: skip complete, refuse other
+        if self.skipped:  # (finish what a run killed right after it completed left undone)
+            return self.world.announce("skip", self.rundir.finish_complete() or done)
         with self.rundir.locked():
             done = self.rundir.previous(owner=True)  # again, under the lock: archive (resume=false), skip or refuse
             if done is not None:
-                return done
-            record = lambda e: self.rundir.record_failure(e, self.status, self.boundary, self.loggers)  # noqa: E731
+                return self.world.announce("skip", done)
+            record = lambda e: self.rundir.record_failure(e, self.status, self.checkpointer.boundary, self.loggers)  # noqa: E731
             with PreemptionGuard() as self.guard, self.rundir.failures(record):
-                return self._guarded()
+                try:
+                    return self._guarded()
+                except BaseException as e:
+                    raise self.world.explain(e) from None  # another rank's failure that stopped this one, if any
 
     def _guarded(self) -> dict:
         cfg = self.cfg
         self.status = rundir.Status(self.run_dir, rounds=int(cfg.rounds), config_fingerprint=self.rundir.fingerprint)
         self.rundir.start(self.status, self.provenance)  # status.json "running": the first write
+        self.world.announce("go")  # the other ranks set up while this one does
         self.setup()  # every check happens here (the run dir's free space first), before any training
-        resumed = ckpt.load_latest(self.run_dir, self.device) if cfg.resume else None
+        resumed = self.world.checkpoint(lambda: ckpt.read_latest(self.run_dir) if cfg.resume else None)  # host memory
         t0 = self.checkpointer.restore(resumed) if resumed else self.checkpointer.start_over()
         self.status.set(round=t0)
         self.partition_png = self.rundir.write_inputs(self.data)
@@ -112,7 +116,4 @@ class Run:
         ckpt.prune(self.run_dir, int(self.cfg.checkpoint.keep_complete))  # a complete run is never resumed
         for cb in self.callbacks:
             cb.on_end(self, summary)
-        if self.guard.received:
-            sig = rundir.signal_name(self.guard.received)
-            print(f"fedbench: {sig} received while finishing; {self.run_dir} is complete", file=sys.stderr)
         return summary

@@ -23,12 +23,13 @@ import json
 import os
 import socket
 import sys
+import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
 from . import provenance
-from .errors import ConfigError, Diverged, RunDirBusy, RunFailed, WriteFailed
+from .errors import ConfigError, Diverged, RunDirBusy, RunFailed, WriteFailed, describe, signal_name  # noqa: F401
 from .files import atomic, read_json, write_json, written  # noqa: F401  (re-exported: a run's file writes)
 
 LOCK_NAME = ".fedbench.lock"
@@ -225,24 +226,35 @@ def check_writable(run_dir: Path, min_free_mb: float = 0) -> None:
         )
 
 
-def signal_name(signum: int) -> str:
-    import signal
+def follow(run) -> dict:
+    """A rank > 0's run (fedbench/distributed.py: rank 0 alone writes the run dir): what rank 0 says (skip it, or
+    go), then the same setup and rounds in a private temporary dir, writing nothing of the run (no console, metrics,
+    W&B, checkpoint, model); a failure is told to rank 0."""
+    from omegaconf import OmegaConf
 
-    return signal.Signals(signum).name
+    from .distributed import RankFailed
+    from .preemption import PreemptionGuard
 
-
-def describe(e: BaseException) -> str:
-    """One line for an error: a config error or a failed write as they say, an OSError as its path and cause."""
-    from .preemption import Preempted
-
-    if isinstance(e, (ConfigError, RunFailed)):
-        return str(e)
-    if isinstance(e, Preempted):
-        return f"{signal_name(e.signum)} received"
-    if isinstance(e, OSError) and e.filename:
-        return f"cannot use {e.filename}: {e.strerror or e}"
-    first = (str(e).strip().splitlines() or [""])[0]
-    return f"{type(e).__name__}: {first}"
+    world = run.world
+    kind, payload = world.receive()
+    if kind == "skip":
+        run.skipped = True
+        return payload
+    if kind != "go":
+        raise RankFailed(f"rank 0 stopped: {payload}")
+    run.skipped, quiet = False, OmegaConf.to_container(run.cfg, resolve=True)
+    quiet["logger"].update(console=False, jsonl=False, wandb={**quiet["logger"]["wandb"], "mode": "disabled"})
+    quiet["checkpoint"].update(every=0, final_model=False, on_signal=False)
+    run.cfg = OmegaConf.create(quiet)
+    world.register()
+    with tempfile.TemporaryDirectory(prefix=f"fedbench-rank{world.rank}-") as d:
+        run.run_dir, run.rundir, run.provenance = Path(d), RunDir(d, run.cfg), {}
+        try:
+            with PreemptionGuard() as run.guard:
+                return run._guarded()
+        except BaseException as e:
+            world.tell_failure(e)
+            raise
 
 
 class RunDir:
@@ -429,7 +441,12 @@ class RunDir:
 
     def refused(self, e: ConfigError) -> None:
         """A config refused before the run began: the empty dir Hydra made for it goes (a sweep's job keeps it, with
-        status.json saying why, for the sweep's summary and report: an empty dir would read as "pending")."""
+        status.json saying why, for the sweep's summary and report: an empty dir would read as "pending"); rank 0's
+        alone in a run of several processes (fedbench/distributed.py)."""
+        from .distributed import is_follower
+
+        if is_follower():
+            return
         try:
             if not self.path.is_dir() or any(self.path.iterdir()):
                 return
@@ -474,6 +491,11 @@ class RunDir:
         with guard.deferred():
             write_json(self.path / "summary.json", summary)
             status.set(status="complete", round=int(self.cfg.rounds), eta_s=0)
+        if guard.received:
+            print(
+                f"fedbench: {signal_name(guard.received)} received while finishing; {self.path} is complete",
+                file=sys.stderr,
+            )
 
     def remove_own_files(self) -> None:
         """Everything this run wrote in its (fresh) dir, but the lock file (released last)."""

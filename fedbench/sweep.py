@@ -17,13 +17,17 @@ from hydra.experimental.callback import Callback
 
 from . import rundir
 from .console import HEADLINE, clock
+from .distributed import is_follower
 from .loggers import SWEPT, log_sweep_table, swept_keys
 
 SWEEP_FAILED: list[int] = []  # non-empty once a multirun of this process had a failed job (the exit code says so)
 
 
 def journal(sweep: Path, row: dict) -> None:
-    """Append one job's outcome (a short append: atomic across processes)."""
+    """Append one job's outcome (a short append: atomic across processes); rank 0's alone in a run of several
+    processes (fedbench/distributed.py)."""
+    if is_follower():
+        return
     try:
         with open(Path(sweep) / "jobs.jsonl", "a") as f:
             f.write(json.dumps(row) + "\n")
@@ -32,9 +36,12 @@ def journal(sweep: Path, row: dict) -> None:
 
 
 class SweepSummary(Callback):
-    """Registered in conf/config.yaml (hydra.callbacks.sweep_summary)."""
+    """Registered in conf/config.yaml (hydra.callbacks.sweep_summary). Silent in ranks > 0 of a run launched over
+    several processes (they run the same jobs; rank 0 writes and says everything)."""
 
     def on_multirun_start(self, config, **kwargs) -> None:
+        if is_follower():
+            return
         os.environ["FEDBENCH_LAUNCH"] = f"{os.getpid()}-{time.time_ns()}"  # inherited by the launcher's workers
         n = job_count(config)
         os.environ["FEDBENCH_SWEEP_JOBS"] = str(n or "")
@@ -43,7 +50,7 @@ class SweepSummary(Callback):
 
     def on_job_start(self, config, **kwargs) -> None:
         launch = os.environ.get("FEDBENCH_LAUNCH")
-        if launch and config.hydra.mode is not None and config.hydra.mode.name == "MULTIRUN":
+        if launch and not is_follower() and config.hydra.mode is not None and config.hydra.mode.name == "MULTIRUN":
             print(
                 job_line(
                     Path(config.hydra.sweep.dir),
@@ -56,6 +63,8 @@ class SweepSummary(Callback):
             )
 
     def on_multirun_end(self, config, **kwargs) -> None:
+        if is_follower():
+            return
         sweep = Path(config.hydra.sweep.dir)
         rows = _rows(sweep, os.environ.get("FEDBENCH_LAUNCH"))
         summarize(sweep, rows)

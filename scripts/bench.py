@@ -29,6 +29,11 @@ peak memory against the number of clients for both executors, printed and plotte
     python scripts/bench.py --device cuda --tf32 off,on       # on a GPU
     python scripts/bench.py --executors sequential@1,sequential   # one client at a time vs parallel workers
     python scripts/bench.py --calls dir0.1 --clients 100 --batch-size 128 --epochs 10   # batched calls per round only
+    python scripts/bench.py --executors sequential --nproc 1,2   # one run over 2 processes (torchrun, gloo) vs 1
+
+``--nproc 1,2``: each measurement also with its clients split over N processes (``torchrun``, fedbench/distributed.py;
+gloo on the CPU, every process one thread when N > 1 — torchrun's OMP_NUM_THREADS=1 — against 1 process on all of the
+machine's threads); prints the N-process / 1-process time ratio.
 """
 
 from __future__ import annotations
@@ -164,6 +169,10 @@ def measure(spec: dict) -> dict:
     ]
     cfg = compose_cfg(overrides)
     run = Run(cfg, tempfile.mkdtemp(prefix="fedbench-bench-"))
+    if spec.get("nproc", 1) > 1:  # started by torchrun (in_worker): the run's clients split over its processes
+        from fedbench import distributed
+
+        run.world = distributed.join(cfg.hardware)
     run.setup()
     algo, dev = run.algorithm, run.device
     every = int(cfg.eval_every) if sampled else 1
@@ -194,7 +203,7 @@ def measure(spec: dict) -> dict:
     sizes = [len(run.data.train_idx[int(k)]) for k in clients(1)]
     n_train = sum(sizes)
     steps = [epochs * math.ceil(n / batch) for n in sizes]
-    clean = clean_loop(run, spec) if spec["clean"] and not sampled else None
+    clean = clean_loop(run, spec) if spec["clean"] and not sampled and spec.get("nproc", 1) == 1 else None
     n_eval = (  # the test samples one evaluation scores: the clients' own splits and the global test set, as configured
         sum(len(run.data.test_idx[k]) for k in range(run.data.num_clients)) * bool(cfg.eval.personalized)
         + len(run.data.global_test_idx) * bool(cfg.eval.global_model)
@@ -203,6 +212,8 @@ def measure(spec: dict) -> dict:
     train_flops = n_train * epochs * flops_per_sample(net, shape, dev, True)
     work = train_flops + n_eval * flops_per_sample(net, shape, dev, False) / every
     s = min(times)
+    if not run.world.leader:
+        return None  # rank 0 reports
     return {
         **spec,
         "clients": len(sizes),
@@ -304,8 +315,10 @@ def find_data() -> str | None:
 
 
 def in_worker(spec: dict) -> dict:
-    """``measure(spec)`` in a fresh process (its peak memory is its own)."""
-    p = subprocess.run([sys.executable, __file__, "--worker", json.dumps(spec)], capture_output=True, text=True)
+    """``measure(spec)`` in a fresh process (its peak memory is its own), or ``spec["nproc"]`` processes (torchrun)."""
+    n = spec.get("nproc", 1)
+    launch = [sys.executable] if n == 1 else [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={n}"]
+    p = subprocess.run([*launch, __file__, "--worker", json.dumps(spec)], capture_output=True, text=True)
     if p.returncode:
         raise SystemExit(
             f"bench.py: the measurement {spec['workload']}/{spec['executor']}/{spec['clients']} clients "
@@ -315,7 +328,8 @@ def in_worker(spec: dict) -> dict:
 
 
 def label(r: dict, tf32s: list) -> str:
-    return r["executor"] + (f" tf32={'on' if r['tf32'] else 'off'}" if len(tf32s) > 1 else "")
+    procs = f" x{r['nproc']} processes" if r.get("nproc", 1) > 1 else ""
+    return r["executor"] + procs + (f" tf32={'on' if r['tf32'] else 'off'}" if len(tf32s) > 1 else "")
 
 
 def report(r: dict, peak: float, name: str) -> None:
@@ -449,10 +463,13 @@ def main():
         default=2048,
         help="n of the n x n fp32 matmuls that measure the machine's peak (smaller: cheaper, lower peak)",
     )
+    ap.add_argument("--nproc", default="1", help="e.g. 1,2: also split each run over N processes (torchrun, gloo)")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        print(json.dumps(measure(json.loads(args.worker))))
+        r = measure(json.loads(args.worker))
+        if r is not None:
+            print(json.dumps(r))
         return
     if args.calls:
         count_calls(args)
@@ -483,15 +500,25 @@ def main():
         "clean": args.clean,
     }
     executors = args.executors.split(",")
+    nprocs = [int(n) for n in args.nproc.split(",")]
     res = []
     for workload in args.workloads.split(","):
         got = {}
         for tf32 in tf32s:
             for ex in executors:
-                r = in_worker({**base, "executor": ex, "tf32": tf32, "clients": args.clients, "workload": workload})
-                got[label(r, tf32s)] = r
-                res.append(r)
-                report(r, peak, f"{workload} {label(r, tf32s)}")
+                for n in nprocs:
+                    spec = {**base, "executor": ex, "tf32": tf32, "clients": args.clients, "workload": workload}
+                    r = in_worker({**spec, "nproc": n})
+                    got[label(r, tf32s)] = r
+                    res.append(r)
+                    report(r, peak, f"{workload} {label(r, tf32s)}")
+                for n in nprocs[1:]:
+                    one, many = got[label({**r, "nproc": nprocs[0]}, tf32s)], got[label({**r, "nproc": n}, tf32s)]
+                    print(
+                        f"{workload}: {ex} {n} processes / {nprocs[0]} time ratio: "
+                        f"{many['s_per_round'] / one['s_per_round']:.2f} (speed-up "
+                        f"{one['s_per_round'] / many['s_per_round']:.2f}x)"
+                    )
         any_r = next(iter(got.values()))
         print(
             f"{'':>22}  {workload}: client sizes {any_r['sizes'][0]}–{any_r['sizes'][1]}, {any_r['client_steps']} "

@@ -100,3 +100,12 @@ def test_bench_pfl_research_workload(tmp_path):
     assert m and m.groups() == ("50", "50", "250"), out
     (r,) = json.loads((tmp_path / "pfl.json").read_text())
     assert r["clients"] == 50 and r["samples_per_s"] > 0
+
+
+def test_bench_splits_a_run_over_processes():
+    """--nproc 1,2: the same rounds in one process and over two (torchrun, gloo), and their time ratio."""
+    out = _bench("--clients", "6", "--executors", "sequential", "--nproc", "1,2")
+    assert re.search(r"equal sequential: [\d.]+ s/round", out), out
+    assert re.search(r"equal sequential x2 processes: [\d.]+ s/round", out), out
+    m = re.search(r"equal: sequential 2 processes / 1 time ratio: ([\d.]+) \(speed-up ([\d.]+)x\)", out)
+    assert m and float(m.group(1)) > 0 and abs(float(m.group(1)) * float(m.group(2)) - 1) < 0.05, out

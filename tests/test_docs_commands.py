@@ -17,6 +17,9 @@ commands are checked, not run; a few representative ones run for real:
 * ``fedbench-tables``: runs as written (``--markdown`` writes under ``tmp_path``, never docs/tables.md).
 * ``fedbench-claims``: its subcommand, paper and scale are checked here; what they do is tests/test_claims.py's.
 * ``make <target>``: ``make -n`` (the target exists), then the recipe's ``fedbench`` line is pre-checked as above.
+* ``torchrun ... -m fedbench <args>`` and ``srun ... fedbench <args>``: every launcher flag is one the launcher has
+  (torchrun's own ``--help``; srun's flags are not checked: there is no SLURM here), then ``fedbench <args>`` is
+  pre-checked as above (tests/test_distributed.py runs torchrun for real).
 
 A command that needs ``../shared/data`` (or ``$FEDBENCH_DATA``) skips with the reason when the data is absent, and
 one on a dataset that is not there (CIFAR-100, Tiny-ImageNet, FEMNIST, Fashion-MNIST) skips naming it.
@@ -36,7 +39,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, shared_data_dir
 
-PROGRAMS = ("fedbench", "fedbench-report", "fedbench-tables", "fedbench-claims", "make")
+PROGRAMS = ("fedbench", "fedbench-report", "fedbench-tables", "fedbench-claims", "make", "torchrun", "srun")
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 PLACEHOLDER = "@SWEEP@"
 # where each dataset lives under the data root (the ones a checkout's ../shared/data may hold)
@@ -292,6 +295,22 @@ def check_make(args: list[str], session: Session, data: Path | None) -> int:
     return 0
 
 
+def check_launcher(program: str, args: list[str], session: Session, data: Path | None) -> int:
+    """``torchrun [flags] -m fedbench <args>`` / ``srun [flags] fedbench <args>``: the launcher's flags, then fedbench's
+    command pre-checked."""
+    at = args.index("fedbench")
+    flags, rest = args[: at - (program == "torchrun")], args[at + 1 :]
+    if program == "torchrun":
+        assert args[at - 1] == "-m", f"torchrun runs fedbench as a module: `torchrun ... -m fedbench`, not {args}"
+        known = subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--help"], capture_output=True, text=True
+        ).stdout
+        for f in flags:
+            if f.startswith("--"):
+                assert f.split("=")[0] in known, f"torchrun has no flag {f}"
+    return check_fedbench(rest, session, data, run=False)
+
+
 @pytest.mark.parametrize("cmd", COMMANDS, ids=[c.id for c in COMMANDS])
 def test_documented_command_works(cmd: DocCommand, session, monkeypatch, capfd):
     data = shared_data_dir()
@@ -314,6 +333,8 @@ def test_documented_command_works(cmd: DocCommand, session, monkeypatch, capfd):
         code = run_tables(args, session)
     elif program == "fedbench-claims":
         code = check_claims(args)
+    elif program in ("torchrun", "srun"):
+        code = check_launcher(program, args, session, data)
     else:
         code = check_make(args, session, data)
     err = capfd.readouterr().err

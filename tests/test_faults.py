@@ -518,7 +518,7 @@ def test_the_divergence_guard_stops_above_factor_times_the_first_rounds_mean_los
     ):
         run.check_finite(1, [3, 7], res(1.0, 4.7))
     run.check_finite(1, [3, 7], res(1.0, 4.0))  # passes; the reference becomes the mean 2.5 (> 2.303)
-    assert run.loss_reference == pytest.approx(2.5)
+    assert run.check_finite.reference == pytest.approx(2.5)
     run.check_finite(2, [3, 7], res(4.9, 1.0))  # < 2 x 2.5 (but > 2 x 2.303)
     with pytest.raises(Diverged, match=r"round 3: .* on client\(s\) \[3\]"):
         run.check_finite(3, [3, 7], res(5.1, 1.0))

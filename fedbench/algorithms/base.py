@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from .. import distributed
 from ..communication import Traffic
 from ..context import Context
 from ..engine.executor import LocalJob, LocalResult
@@ -172,7 +173,7 @@ class Algorithm:
             client_ids=ids,
             pack=spec.batches_per_step,
         )
-        res = self.executor.train(job)
+        res = distributed.train(self.executor, job, self.ctx.world)  # the clients split over a run's processes
         if state is not None:
             set_rows(self.opt_state, torch.tensor(ids), res.opt_state)
         for observe in self.ctx.observers:  # the divergence guard, the forgetting/similarity monitors
