@@ -317,7 +317,8 @@ def find_data() -> str | None:
 def in_worker(spec: dict) -> dict:
     """``measure(spec)`` in a fresh process (its peak memory is its own), or ``spec["nproc"]`` processes (torchrun)."""
     n = spec.get("nproc", 1)
-    launch = [sys.executable] if n == 1 else [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={n}"]
+    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}"]  # a free port
+    launch = [sys.executable] if n == 1 else launch
     p = subprocess.run([*launch, __file__, "--worker", json.dumps(spec)], capture_output=True, text=True)
     if p.returncode:
         raise SystemExit(

@@ -19,7 +19,8 @@ Sections, each with bounded work (``SIZES``) and printed before it starts with i
                  Table 1 t-CNN, ECL Table 1 ResNet-32; the claims files' paper scale) at fp32 with TF32 off and on and
                  bf16 autocast; a warm-up round, then one timed round; a paper-scale run's time extrapolated from it
   5 clients      vectorized s/round for 10/50/100/200 clients (equal workload, E = 1): PASS if 100 clients cost at
-                 most 2x what 10 do (the goal), with the sequential executor at 10 clients for scale
+                 most 2x what 10 do (the goal), with the sequential executor at 10 clients for scale; then one run of
+                 50 clients in 1 and in 2 processes sharing the GPU (torchrun, docs/distributed.md): the time ratio
   6 memory       ResNet-50 (CIFAR stem), 10 clients x batch 128: peak memory unbudgeted, with a hardware.max_memory
                  that forces >= 2 chunks (PASS: >= 2 chunks and the peak within the budget), and a client count sized to
                  overflow the device (PASS: the out-of-memory halving finishes the round); one process each
@@ -504,6 +505,34 @@ def clients_sweep(rep: Report, dev: torch.device, size: dict) -> None:
     else:  # milliseconds of tiny CPU rounds: noise, not a verdict
         rep.say(f"(not judged on the CPU) {what}: {detail}")
     bench.plot(rows, ["vectorized", "sequential"], rep.out / "clients.png", f"clients sweep, {model}, {dev}")
+    processes(rep, dev, size)
+
+
+def processes(rep: Report, dev: torch.device, size: dict) -> None:
+    """One run split over 2 processes on this one device (torchrun; they share the GPU, so gloo: docs/distributed.md)
+    against 1 process: bench.py's equal workload at the sweep's second size, vectorized, whole rounds (training and
+    evaluation). Reported, not judged: the README asks for this row (issue 33)."""
+    import bench
+
+    model, shape, batch, _ = size["sweep_model"]
+    n = size["sweep"][1]
+    spec = {
+        **dict(device=str(dev), rounds=2, epochs=1, batch_size=batch, model=model, shape=shape, test_per_class=2),
+        **dict(precision="fp32", max_memory=None, peak_n=256, channels_last="false", data=None, clean=False),
+        **dict(executor="vectorized", tf32=False, clients=n, workload="equal"),
+    }
+    got = {}
+    for nproc in (1, 2):
+        try:
+            r = bench.in_worker({**spec, "nproc": nproc})
+        except SystemExit as e:  # bench's one line naming the failed measurement
+            rep.check(f"one run over {nproc} process(es) on {dev}", False, str(e)[-2000:])
+            return
+        got[nproc] = r["s_per_round"]
+        rep.say(f"{n} clients vectorized, {nproc} process(es) on {dev}: {r['s_per_round']:.3f} s/round (whole rounds)")
+    ratio = got[2] / got[1]
+    rep.put("clients", "processes", {"clients": n, "model": model, "s_per_round": got, "ratio": ratio})
+    rep.say(f"(not judged) one run over 2 processes on one {dev.type} device / 1 process: time ratio {ratio:.2f}")
 
 
 # ---- 6. memory (one process per measurement) --------------------------------------------------------------------
@@ -783,7 +812,10 @@ def main() -> int:
             f"{sum(n for n, _ in n_set)} builds x (1 warm-up + 1 timed round) at the paper's local budget",
             sum(n * e for n, e in n_set),
         ),
-        ("5. clients sweep", *plan_line(2 * -(-sm[3] // sm[2]) * (sum(cl) + cl[0]), sm[0], len(cl) + 1)),
+        (
+            "5. clients sweep; 1 vs 2 processes",
+            *plan_line(2 * -(-sm[3] // sm[2]) * (sum(cl) + cl[0] + 3 * cl[1]), sm[0], len(cl) + 4, startup_s=5),
+        ),
         (
             "6. memory (own processes)",
             *plan_line(2 * 2 * mem["clients"] * (3 if mem["oom_case"] else 2), mem["model"], 3, startup_s=10),
