@@ -174,7 +174,7 @@ class Logging(Callback):
         )
         run.status.set(wandb=run.loggers.wandb_state, wandb_id=run.loggers.wandb_id)
         run.loggers.header(*header_lines(run, t0))  # run dir, what runs, on what (console and run.log)
-        if resumed:
+        if resumed and run.world.leader:  # (another process of the run says nothing: fedbench/distributed.py)
             print(f"fedbench: resuming {run.run_dir} after round {t0}", file=sys.stderr)
         else:  # round 0: the initial model
             run.loggers.image("partition", run.partition_png, 0)

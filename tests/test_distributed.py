@@ -184,3 +184,14 @@ def _rows(run_dir: Path) -> list[str]:
         return (run_dir / "metrics.jsonl").read_text().splitlines()
     except OSError:
         return []
+
+
+def test_a_complete_sweep_is_skipped_by_every_process(sweeps):
+    """Rank 0 finds each run complete and tells the others: the relaunched sweep skips all five, none waits."""
+    root, runs = sweeps
+    sweep = runs[2][0]
+    args = ["-m", f"algorithm={ALGORITHMS}", *SMALL, f"hydra.sweep.dir={sweep}"]
+    p = subprocess.run(_fedbench(2, args), env=_env(root), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    rows = [json.loads(line) for line in (sweep / "jobs.jsonl").read_text().splitlines()]
+    assert len(rows) == 10 and all(r["skipped"] for r in rows[5:]), rows
