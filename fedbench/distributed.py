@@ -32,6 +32,7 @@ import dataclasses
 import itertools
 import json
 import os
+import re
 import socket
 import subprocess
 from datetime import timedelta
@@ -222,8 +223,18 @@ def _slurm_rendezvous(rank: int, size: int, local: int) -> None:
             out = subprocess.run(["scontrol", "show", "hostnames", nodes], capture_output=True, text=True, check=True)
             os.environ["MASTER_ADDR"] = out.stdout.split()[0]
         except (OSError, subprocess.CalledProcessError, IndexError):
-            os.environ["MASTER_ADDR"] = nodes.split(",")[0]
+            os.environ["MASTER_ADDR"] = first_host(nodes)
     os.environ.setdefault("MASTER_PORT", str(20000 + int(os.environ.get("SLURM_JOB_ID", 0)) % 20000))
+
+
+def first_host(nodes: str) -> str:
+    """The first host of a SLURM node list, compressed or not (``gpu[07-09,12],cpu1`` -> ``gpu07``): where
+    ``scontrol show hostnames`` is missing."""
+    m = re.match(r"([^\[,]+)(?:\[([^\]]+)\])?", nodes.strip())
+    if m is None:
+        return nodes
+    prefix, ranges = m.groups()
+    return prefix + (ranges.split(",")[0].split("-")[0] if ranges else "")
 
 
 def shares(steps: list[int], size: int) -> list[list[int]]:

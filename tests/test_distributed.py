@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from fedbench.distributed import launched, shares
+from fedbench.distributed import first_host, launched, shares
 
 # digits, a BatchNorm CNN (FedBN keeps its BN layers local), 6 of 8 clients per round: every rank trains several
 # clients of unequal sizes, so the rank order of the gathered rows differs from the clients' order
@@ -104,6 +104,13 @@ def test_launched_reads_torchrun_and_srun_but_not_a_batch_script():
     assert launched({"SLURM_PROCID": "0", "SLURM_NTASKS": "8"}) is None
     assert launched({"RANK": "0", "WORLD_SIZE": "1"}) is None
     assert launched({}) is None
+
+
+def test_first_host_of_a_slurm_node_list():
+    assert first_host("gpu[07-09,12],cpu1") == "gpu07"
+    assert first_host("node3,node1") == "node3"
+    assert first_host("a100-[2,5]") == "a100-2"
+    assert first_host("localhost") == "localhost"
 
 
 @pytest.fixture(scope="module")
