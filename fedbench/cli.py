@@ -22,6 +22,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from .config import dirname
+from .distributed import is_follower
 from .errors import ConfigError, Diverged, RunDirBusy, RunFailed
 from .preemption import Preempted, hand_over
 from .sweep import SWEEP_FAILED, journal, lost_jobs
@@ -435,7 +436,8 @@ def _task(cfg: DictConfig):
                 error += f" (traceback in {e.traceback_file})"
         if not multirun:
             fail(error, code)
-        print(f"fedbench: job {hc.job.num} ({run_dir}): {error}", file=sys.stderr, flush=True)
+        if not is_follower():  # (rank 0 of a run over several processes says it: fedbench/distributed.py)
+            print(f"fedbench: job {hc.job.num} ({run_dir}): {error}", file=sys.stderr, flush=True)
         summary = None
     finally:
         gc.collect()  # a run's objects reference each other; free its data and models before the sweep's next job

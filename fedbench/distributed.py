@@ -108,7 +108,7 @@ class World:
             torch.distributed.broadcast_object_list([("checkpoint", saved)], src=0, device=self._comm_device())
             self.said = 2
         else:
-            kind, saved = self.receive()
+            (kind, saved), self.said = self.receive(), 2
             if kind != "checkpoint":
                 raise RankFailed(f"rank 0 stopped before the first round: {saved}")
         return saved
@@ -119,10 +119,14 @@ class World:
         try:
             yield
         except BaseException as e:
+            with contextlib.suppress(Exception):
+                if self.size > 1:  # for the others: rank 0 stopped this run too (rundir.follow)
+                    _store().set(f"{self._key()}/leader", "stopped")
             if self.size > 1 and self.said < 2:
                 from .errors import describe
 
-                torch.distributed.broadcast_object_list([("stop", describe(e))], src=0, device=self._comm_device())
+                with contextlib.suppress(Exception):  # (a group already broken: the error in flight says why)
+                    torch.distributed.broadcast_object_list([("stop", describe(e))], src=0, device=self._comm_device())
             raise
 
     # ---- failures -------------------------------------------------------------------------------
@@ -143,6 +147,15 @@ class World:
             _store().set(self._key(), json.dumps(said))
         except Exception:  # the store is gone with rank 0: nothing to tell
             pass
+
+    def leader_stopped(self, wait_s: float) -> bool:
+        """A rank > 0 that failed: did rank 0 stop this run too (within ``wait_s``)? Then both go on to a sweep's next
+        job; else this rank alone failed and must leave the run."""
+        try:
+            _store().wait([f"{self._key()}/leader"], timedelta(seconds=wait_s))
+            return True
+        except Exception:
+            return False
 
     def explain(self, e: BaseException) -> BaseException:
         """Why rank 0 stopped, as its status.json should say: another rank's failure (told in the store), a rank of

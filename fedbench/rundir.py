@@ -242,7 +242,7 @@ def follow(run) -> dict:
         return payload
     if kind != "go":
         raise RankFailed(f"rank 0 stopped: {payload}")
-    run.skipped, quiet = False, OmegaConf.to_container(run.cfg, resolve=True)
+    world.said, run.skipped, quiet = 1, False, OmegaConf.to_container(run.cfg, resolve=True)
     quiet["logger"].update(console=False, jsonl=False, wandb={**quiet["logger"]["wandb"], "mode": "disabled"})
     quiet["checkpoint"].update(every=0, final_model=False, on_signal=False)
     run.cfg = OmegaConf.create(quiet)
@@ -254,7 +254,14 @@ def follow(run) -> dict:
                 return run._guarded()
         except BaseException as e:
             world.tell_failure(e)
-            raise
+            if world.said == 1 and world.receive()[0] == "stop":  # rank 0 stopped before the rounds too
+                raise
+            if world.said == 2 and (isinstance(e, (RankFailed, Diverged)) or world.leader_stopped(60)):
+                raise  # every rank stopped at the same point (a sweep's next job finds them all)
+            # this process alone stopped: it leaves the run (its launcher then stops rank 0, which records why), so that
+            # no process waits at a collective the others never reach (a sweep's next job)
+            print(f"fedbench: rank {world.rank}: {describe(e)}; this process leaves the run", file=sys.stderr)
+            raise SystemExit(1) from e
 
 
 class RunDir:

@@ -202,3 +202,15 @@ def test_a_complete_sweep_is_skipped_by_every_process(sweeps):
     assert p.returncode == 0, p.stderr[-3000:]
     rows = [json.loads(line) for line in (sweep / "jobs.jsonl").read_text().splitlines()]
     assert len(rows) == 10 and all(r["skipped"] for r in rows[5:]), rows
+
+
+def test_a_sweep_goes_on_past_a_job_every_process_refuses(tmp_path):
+    """A job whose setup fails on every rank (FedCOM refuses a Dirichlet partition) fails alone: the processes stay in
+    step, and the next job trains over both (an unheard word of rank 0 used to be read by the next job instead)."""
+    sweep = tmp_path / "s"
+    args = ["-m", "algorithm=fedcom,ditto_caf,fedavg", *SMALL, f"hydra.sweep.dir={sweep}"]
+    p = subprocess.run(_fedbench(2, args), env=_env(tmp_path), capture_output=True, text=True, timeout=300)
+    rows = [json.loads(line) for line in (sweep / "jobs.jsonl").read_text().splitlines()]
+    assert [r["status"] for r in rows] == ["failed", "complete", "complete"], p.stderr[-3000:]
+    assert "partition='dirichlet'" in rows[0]["error"] and p.returncode == 1  # the sweep says a job failed
+    assert p.stderr.count("invalid config: partition='dirichlet'") == 1  # said once, by rank 0
