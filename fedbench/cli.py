@@ -589,11 +589,15 @@ def estimate(args: list[str]) -> None:
 
     given = [a for a in args if ("=" in a or a.startswith("~")) and not a.startswith("-") and "hydra." not in a]
     GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        got = estimate_overrides(
-            [*_searchpath(), *given], lambda o: compose("config", overrides=o, return_hydra_config=True), {}
-        )
-    GlobalHydra.instance().clear()
+    try:  # e.g. the dataset is not where data_root points: one line, as for a run (the estimate builds the data)
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            got = estimate_overrides(
+                [*_searchpath(), *given], lambda o: compose("config", overrides=o, return_hydra_config=True), {}
+            )
+    except ConfigError as e:
+        fail(str(e))
+    finally:
+        GlobalHydra.instance().clear()
     print(f"fedbench: {estimate_line(got)}")
 
 

@@ -743,3 +743,14 @@ def test_a_scale_like_another_runs_its_experiments_with_its_own_overrides(tmp_pa
         path.write_text(yaml.safe_dump(node))
         with pytest.raises(ClaimsError, match=msg):
             load_file(path)
+
+
+def test_run_estimate_without_the_dataset_is_one_line_not_a_traceback(tmp_path, capsys):
+    """`fedbench-claims run ... --estimate` with no dataset where data_root points: one line naming it, exit 2 (the
+    old code let the ConfigError out as a traceback)."""
+    runs = tmp_path / "runs"
+    argv = ["run", "fedka", "--scale", "paper", "--runs", str(runs), "--estimate", "--only", "table1"]
+    assert main([*argv, f"data_root={tmp_path / 'empty'}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("fedbench-claims: invalid config: dataset.root=") and "cifar10 not found" in err[-1], err
+    assert not any("Traceback" in ln for ln in err) and not runs.exists()

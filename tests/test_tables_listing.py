@@ -151,3 +151,16 @@ def test_the_estimate_counts_only_the_evaluations_the_run_makes():
         assert go(["eval.global_model=false"])["s_per_round"] == pytest.approx(local * 1.0, rel=1e-3)
         assert go(["eval_every=4"])["s_per_round"] == pytest.approx((local + glob) * 1.0 / 4, rel=1e-3)
     GlobalHydra.instance().clear()
+
+
+def test_an_estimate_without_the_dataset_is_one_line_not_a_traceback(tmp_path, capsys, monkeypatch):
+    """``fedbench --estimate`` builds the command's data to measure it: with no dataset under data_root it says so in
+    one line (the key, the value, where it looked) and exits 2, as a run does — the old code printed a traceback."""
+    from conftest import fedbench_main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        fedbench_main(["--estimate", "dataset=mnist", f"data_root={tmp_path / 'empty'}", "rounds=2"])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith("fedbench: invalid config: dataset.root=") and "mnist not found" in err, err

@@ -21,6 +21,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from ..errors import ConfigError
 from .predicates import VERDICTS, Outcome, Predicate, PredicateError, Test, evaluate, judge, parse
 from .results import ClaimResult, RunSet, evaluate_claim
 from .runner import run
@@ -334,7 +335,7 @@ def main(argv=None) -> int:
             done += 1
             print(f"fedbench-claims: wrote {out / name}.md (.csv, pictures in {name}/)", file=sys.stderr)
         return 0 if done or args.paper == "all" else 1
-    except ClaimsError as e:
+    except (ClaimsError, ConfigError) as e:  # ConfigError: --estimate builds each experiment's data
         print(f"fedbench-claims: {e}", file=sys.stderr)
         return 2
 
