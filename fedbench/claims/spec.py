@@ -16,7 +16,8 @@ import yaml
 from ..report.runs import canon, expand_jobs
 from .predicates import Predicate, PredicateError, _is_number, parse
 
-SCALES = ("paper", "medium", "cpu", "smoke")
+# cpu-bf16: the cpu scale's runs in bf16 autocast (hardware.precision=bf16): do its verdicts equal fp32's? (issue #32)
+SCALES = ("paper", "medium", "cpu", "cpu-bf16", "smoke")
 TOP_FIELDS = {"paper", "title", "reference", "defaults", "scales", "experiments", "claims"}
 SCALE_FIELDS = {"note", "seeds", "tune_seeds", "overrides", "like", "skip"}
 EXPERIMENT_FIELDS = {"experiment", "overrides", "sweep", "needs"}
