@@ -449,6 +449,7 @@ def to_markdown(
                 )
             md.append(f"| {claim.id} | " + " | ".join(cells) + " |")
         md += ["", "(complete runs / the runs the claim needs at that scale; each scale's budget: its note below.)"]
+    md += precision_lines(results, scales)
     md += ["", "## Claims", "", "| " + " | ".join(HEADER) + " |", "|---|---|---|---|---|---:|"]
     for res in results:
         cells = [_md(x) for x in line(res)]
@@ -471,6 +472,66 @@ def to_markdown(
     for res in results:
         md += _details(res, pictures.get((res.claim.id, res.scale)))
     return "\n".join(md).rstrip() + "\n"
+
+
+def precision_lines(results: list[ClaimResult], scales: list[str]) -> list[str]:
+    """Issue #32: the cpu-bf16 scale (the cpu scale's runs in bf16 autocast) next to the cpu scale (fp32), claim by
+    claim and test by test: does the fast path keep every verdict, and how far does it move each test's margin
+    (bf16 − fp32, paired by seed) against the seed-to-seed spread the verdict already has to beat?"""
+    if not {"cpu", "cpu-bf16"} <= set(scales):
+        return []
+    pairs = [
+        (a, b)
+        for a in results
+        if a.scale == "cpu" and a.experiment
+        for b in results
+        if b.scale == "cpu-bf16" and b.claim.id == a.claim.id
+    ]
+    done = [(a, b) for a, b in pairs if a.n_runs and a.n_complete == a.n_runs and b.n_runs and b.n_complete == b.n_runs]
+    same = sum(a.outcome.verdict == b.outcome.verdict for a, b in done)
+    md = [
+        "",
+        "## bf16 against fp32",
+        "",
+        f"Of the {len(pairs)} claims, {len(done)} have every run complete in both fp32 (cpu) and bf16 autocast "
+        f"(cpu-bf16, the same runs with hardware.precision=bf16): **{same} of {len(done)} verdicts are equal**"
+        + (
+            f"; different: {', '.join(a.claim.id for a, b in done if a.outcome.verdict != b.outcome.verdict)}."
+            if same < len(done)
+            else "."
+        ),
+        "Δ = the test's margin in bf16 minus in fp32, seed by seed (mean [smallest, largest]); sd = the fp32 margin's "
+        "seed-to-seed standard deviation.",
+        "",
+        "| claim | test | fp32: mean [interval] | bf16: mean [interval] | Δ | sd | fp32 verdict | bf16 verdict |",
+        "|---|---|---|---|---|---:|---|---|",
+    ]
+    for a, b in pairs:
+        d = a.digits
+        for i, t in enumerate(a.outcome.tests or [None]):
+            u = b.outcome.tests[i] if t is not None and i < len(b.outcome.tests) else None
+            if t is None or u is None or (u.label, u.at) != (t.label, t.at):
+                cells = [_md(t and _shown_test(t) or ""), "", "", "", ""]
+            else:
+                seeds = sorted(set(t.per_seed) & set(u.per_seed), key=str)
+                delta = [u.per_seed[k] - t.per_seed[k] for k in seeds]
+                cells = [
+                    _md(_shown_test(t)) + (f" at {t.at}" if t.at else ""),
+                    _interval(t, d),
+                    _interval(u, d),
+                    f"{fmt(float(np.mean(delta)), d, sign=True)} [{fmt(min(delta), d, sign=True)}, "
+                    f"{fmt(max(delta), d, sign=True)}]"
+                    if delta
+                    else "",
+                    _num(t.sd, d),
+                ]
+            verdicts = [a.outcome.verdict, b.outcome.verdict] if i == 0 else ["", ""]
+            md.append(f"| {a.claim.id if i == 0 else ''} | " + " | ".join(cells + verdicts) + " |")
+    return md
+
+
+def _interval(t: Test, d: int) -> str:
+    return fmt(t.mean, d, sign=True) + (f" [{fmt(t.lo, d, sign=True)}, {fmt(t.hi, d, sign=True)}]" if t.n > 1 else "")
 
 
 def _runs_done(results: list[ClaimResult]) -> tuple[int, int]:
@@ -652,10 +713,9 @@ def test_table(res: ClaimResult) -> list[str]:
         per = ", ".join(
             f"{s}: {fmt(v, d, sign=True)}" for s, v in sorted(t.per_seed.items(), key=lambda kv: str(kv[0]))
         )
-        interval = f" [{fmt(t.lo, d, sign=True)}, {fmt(t.hi, d, sign=True)}]" if t.n > 1 else ""
         power = t.power()
         md.append(
-            f"| {_md(_shown_test(t))} | {t.at or ''} | {per} | {t.n} | {fmt(t.mean, d, sign=True)}{interval} | "
+            f"| {_md(_shown_test(t))} | {t.at or ''} | {per} | {t.n} | {_interval(t, d)} | "
             f"{t.p_holds:.2g} | {_num(t.mde(), d)} | {_num(t.gap, d)} | "
             f"{'' if power is None else f'{100 * power:.0f} %'} | {t.verdict} |"
         )
