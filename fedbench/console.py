@@ -22,6 +22,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from . import files
+from .engine.numerics import bf16_hardware
 
 LOG_NAME = "run.log"
 ROUND_METRICS = ("pers/acc", "global/acc", "train/loss")  # what a round's line shows, when the round has them
@@ -65,6 +66,12 @@ def header_lines(run, start_round: int) -> list[str]:
         f"fedbench: run dir {run.run_dir}",
         f"fedbench: {what}",
         f"fedbench: device {run.device}, executor {executor}, precision {cfg.hardware.precision}"
+        + (
+            f" (no bf16 hardware on this {'CPU (AMX, AVX512-BF16)' if run.device.type == 'cpu' else 'GPU'}: "
+            "bf16 autocast is slower than fp32 here)"
+            if cfg.hardware.precision == "bf16" and bf16_hardware(run.device) is False
+            else ""
+        )
         + (
             f"; {run.world.size} processes ({run.world.backend}): clients split, rank 0 writes"
             if run.world.size > 1

@@ -432,3 +432,24 @@ def test_round_1_says_its_estimate_from_its_first_local_steps(tmp_path, monkeypa
     done = 1 if executor == "sequential" else 5  # one step of one client, or step 1 of every client at once
     assert len(lines) == 1 and lines[0].startswith(f"fedbench: {done} of round 1's {planned} local client-steps in ")
     assert "per round" in lines[0] and "for 3 rounds" in lines[0]
+
+
+def test_bf16_without_bf16_hardware_says_so_in_the_header(tmp_path):
+    """`hardware.precision=bf16` on a CPU whose flags have neither AMX nor AVX512-BF16 (oneDNN emulates bf16: slower
+    than fp32, issue #32): the header says it; with either flag, or in fp32, it does not. The flags are read from
+    /proc/cpuinfo (hand-written ones here; the run's header follows this machine's own)."""
+    import torch
+
+    from fedbench.engine.numerics import bf16_hardware
+
+    cpu = torch.device("cpu")
+    assert bf16_hardware(cpu, "processor\t: 0\nflags\t\t: fpu sse2 avx512f avx512_vnni\n") is False
+    assert bf16_hardware(cpu, "processor\t: 0\nflags\t\t: fpu avx512f amx_bf16 amx_tile\n") is True
+    assert bf16_hardware(cpu, "flags\t\t: fpu avx512_bf16\n") is True
+    assert bf16_hardware(cpu, "processor\t: 0\n") is None  # no flags line: cannot tell, say nothing
+    for precision in ("bf16", "fp32"):
+        run_cfg(make_cfg("rounds=1", f"hardware.precision={precision}"), tmp_path / precision)
+        header = (tmp_path / precision / "run.log").read_text().splitlines()[2]
+        said = "no bf16 hardware on this CPU (AMX, AVX512-BF16): bf16 autocast is slower than fp32 here" in header
+        assert said == (precision == "bf16" and bf16_hardware(cpu) is False), header
+        assert header.startswith(f"fedbench: device cpu, executor sequential, precision {precision}"), header
