@@ -18,7 +18,7 @@ demo: setup   ## a default federation on the embedded digits data (no download)
 	$(BIN)/fedbench rounds=20
 
 test: lint   ## the linter, then the whole test suite
-	$(BIN)/python -m pytest -q -n 2   # two workers: the suite takes about half the time on 2 cores
+	$(BIN)/python -m pytest -q -n 2 --durations=15   # two workers: the suite takes about half the time on 2 cores; the slowest 15 listed
 
 lint: setup   ## ruff: lint and format check (line length 120, pyproject.toml)
 	$(BIN)/ruff check fedbench hydra_plugins tests scripts
