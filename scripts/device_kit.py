@@ -7,6 +7,7 @@ only for ``logger`` W&B modes and the SLURM launcher). Only the working tree tra
 ignored paths), and only files under ``$OUT`` come back.
 
     python scripts/device_kit.py pins                 # the kit's wheels, one version each (as installed here)
+    python scripts/device_kit.py pins peers           # + pfl-research's, for scripts/peers/ on the GPU (--peers)
     python scripts/device_kit.py data DIR             # pack ../shared/data (CIFAR-10 JPEGs, MNIST .gz) into DIR
     python scripts/device_kit.py rehearsal-env DIR    # a venv holding only the image's packages (from this venv)
     python scripts/device_kit.py size PATH...         # MiB that would travel (the working tree + these paths)
@@ -45,6 +46,19 @@ IMAGE = [
 # What fedbench needs that the image lacks: pure-Python wheels (any Python 3), so the ones pip gives for 3.12 are the
 # ones a rehearsal on this machine's Python runs.
 KIT = ["hydra-core", "omegaconf", "antlr4-python3-runtime"]
+# pfl-research (scripts/peers/pfl_cifar10.py --device cuda) on the GPU image: pfl and what it imports that the image
+# lacks, all pure Python (multiprocess's wheel is one per Python version, none-any), at the versions its side-by-side
+# ran with (pip install -e ".[peers]": README "Against pfl-research"). pfl also requires dm-tree and wrapt (compiled,
+# reached through dp-accounting) and wheel, which the side-by-side never imports: left out, installed with --no-deps.
+PEERS = [
+    "pfl==0.6.0",
+    "dp-accounting==0.5.1",
+    "prv-accountant==0.2.0",
+    "multiprocess==0.70.19",
+    "dill==0.4.1",
+    "absl-py==1.4.0",
+    "attrs==23.2.0",
+]
 LIMIT_MIB = 64
 
 
@@ -146,7 +160,7 @@ def travel_mib(paths: list[str]) -> float:
 def main() -> None:
     cmd, *args = sys.argv[1:] or ["--help"]
     if cmd == "pins":
-        print(" ".join(pins()))
+        print(" ".join(pins() + (PEERS if args == ["peers"] else [])))
     elif cmd == "data":
         src = Path(os.environ.get("FEDBENCH_DATA") or REPO.parent / "shared" / "data")
         pack_data(src, Path(args[0]))

@@ -2,13 +2,23 @@
 # The travel kit for a borrowed GPU machine (no package index there; README "On a GPU"), made on a machine with pip:
 #   .whl/          the wheels fedbench needs that the GPU image lacks (hydra-core, omegaconf, antlr4-python3-runtime:
 #                  pure Python, one version each, the versions installed here), for Python 3.12 / manylinux x86-64
+#                  --peers adds pfl-research and the pure-Python packages it imports that the image lacks
+#                  (scripts/device_kit.py PEERS, 0.8 MiB), for scripts/peers/pfl_cifar10.py --device cuda
 #   .device-data/  ../shared/data packed small: cifar10.tar.gz (the JPEG tree) and MNIST/raw/*.gz (skip: --no-data)
 # Both are git-ignored; the device call carries them (carry: [".whl", ".device-data"]). Skips what is already there.
-#   bash scripts/device_prep.sh [--no-data]
+#   bash scripts/device_prep.sh [--no-data] [--peers]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
-read -r -a PINS <<< "$("$PY" scripts/device_kit.py pins)"
+NO_DATA=; PEERS=
+for a in "$@"; do
+    case "$a" in
+        --no-data) NO_DATA=1 ;;
+        --peers) PEERS=peers ;;
+        *) echo "device_prep.sh: unknown option $a (allowed: --no-data, --peers)" >&2; exit 2 ;;
+    esac
+done
+read -r -a PINS <<< "$("$PY" scripts/device_kit.py pins $PEERS)"
 mkdir -p .whl
 for pin in "${PINS[@]}"; do
     name=${pin%%==*}; version=${pin##*==}
@@ -20,8 +30,8 @@ for pin in "${PINS[@]}"; do
         --platform manylinux2014_x86_64 -d .whl "$pin" 2>/dev/null \
         || "$PY" -m pip wheel -q --no-deps -w .whl "$pin"
 done
-ls .whl/*.whl | grep -v -E "py3-none-any|py2.py3-none-any" && { echo "device_prep: a kit wheel is not pure Python" >&2; exit 1; }
-if [ "${1:-}" != "--no-data" ]; then
+ls .whl/*.whl | grep -v -E -e "-none-any\.whl$" && { echo "device_prep: a kit wheel is not pure Python" >&2; exit 1; }
+if [ -z "$NO_DATA" ]; then
     "$PY" scripts/device_kit.py data .device-data
 fi
 du -sh .whl .device-data 2>/dev/null || true

@@ -211,3 +211,20 @@ def test_parallel_claim_runs_to_a_deadline_with_device_claims(image_env, kit, tm
     statuses = [json.loads(f.read_text())["status"] for f in work.glob("*/status.json")]
     assert statuses and "running" not in statuses, statuses
     assert subprocess.run(["pgrep", "-f", str(late)], capture_output=True).returncode == 1  # nothing left behind
+
+
+def test_the_peers_kit_adds_pfl_research_and_what_it_imports_that_the_image_lacks(tmp_path):
+    """`device_prep.sh --peers` (pfl-research's side-by-side on the GPU): the pins are the kit's plus pfl 0.6 and the
+    packages the side-by-side imports (measured with pfl installed: absl, attr, dill, dp_accounting, multiprocess,
+    prv_accountant), none of them one the image already has; an unknown option is refused before any download."""
+    kit = _module("device_kit")
+    pins = [sys.executable, str(SCRIPTS / "device_kit.py"), "pins"]
+    plain = subprocess.run(pins, capture_output=True, text=True).stdout.split()
+    assert subprocess.run([*pins, "peers"], capture_output=True, text=True).stdout.split() == plain + kit.PEERS
+    names = {pin.split("==")[0] for pin in kit.PEERS}
+    assert names == {"pfl", "dp-accounting", "prv-accountant", "multiprocess", "dill", "absl-py", "attrs"}
+    assert not names & {kit._norm(n) for n in kit.IMAGE} and "pfl==0.6.0" in kit.PEERS
+    bad = subprocess.run(
+        ["bash", str(SCRIPTS / "device_prep.sh"), "--peer"], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert bad.returncode == 2 and "unknown option --peer (allowed: --no-data, --peers)" in bad.stderr, bad.stderr
