@@ -32,14 +32,30 @@ from .errors import ConfigError, WriteFailed
 NEUTRAL = ("hydra", "resume", "logger", "checkpoint", "cache_dir", "data_root")
 
 
-def fingerprint(cfg) -> str:
+# How a run is made, not what it computes: the same metrics with any threads or number of processes (tests/
+# test_distributed.py), so a run resumes or is skipped whatever they are now.
+NEUTRAL_HARDWARE = ("threads", "distributed", "distributed_timeout")
+
+
+def fingerprint(cfg, counted: tuple = ()) -> str:
+    """A hash of the config but its results-neutral keys (``counted``: hardware keys of ``NEUTRAL_HARDWARE`` to hash
+    all the same, see :func:`fingerprints`)."""
     d = OmegaConf.to_container(cfg, resolve=True)
     for k in NEUTRAL:
         d.pop(k, None)
     d.get("dataset", {}).pop("root", None)
-    d.get("hardware", {}).pop("threads", None)
+    for k in NEUTRAL_HARDWARE:
+        if k not in counted:
+            d.get("hardware", {}).pop(k, None)
     d.get("eval", {}).pop("protocol", None)  # what a table reports of the run, not what it computes (docs/protocol.md)
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def fingerprints(cfg) -> tuple[str, str]:
+    """The fingerprints a run dir of this config may record: :func:`fingerprint`, and the one fedbench recorded from
+    commit ee065f2 (hardware.distributed added) to 0f18d28, which hashed hardware.distributed and its timeout too —
+    so the runs made then resume or are skipped as well as those made before and after."""
+    return fingerprint(cfg), fingerprint(cfg, counted=("distributed", "distributed_timeout"))
 
 
 def _pack(o):
@@ -250,7 +266,7 @@ class Checkpointer(Callback):
         """Continue from the checkpoint ``saved`` (as read, or already on the run's device; its round is returned)."""
         run = self.run
         saved = unpack(saved, run.device)
-        if saved.get("config_fingerprint") != fingerprint(run.cfg):
+        if saved.get("config_fingerprint") not in fingerprints(run.cfg):
             raise ConfigError(
                 "resume",
                 True,

@@ -376,7 +376,9 @@ class RunDir:
             or self.checkpoint_fingerprint()
             or self.saved_fingerprint()
         )
-        if recorded not in (None, self.fingerprint):
+        from .checkpoint import fingerprints
+
+        if recorded is not None and recorded not in fingerprints(self.cfg):
             raise ConfigError(
                 "resume",
                 True,

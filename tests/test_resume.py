@@ -329,3 +329,33 @@ def test_a_failed_job_of_an_earlier_sweep_in_this_process_does_not_fail_the_next
         SWEEP_FAILED.clear()
     assert code == 0, err
     assert status(tmp_path / "outputs" / "runs" / "clients=3,rounds=1") == "complete"
+
+
+def test_a_complete_run_is_skipped_whatever_threads_or_processes_it_was_made_with(tmp_path):
+    """hardware.distributed (and its timeout) change how a run is made, not what it computes (test_distributed.py), so
+    like hardware.threads they leave its fingerprint and run dir alone: a run made before they existed (its
+    fingerprint hashed without them), one made while fedbench hashed them (ee065f2..0f18d28) and one made with
+    other values of them are all skipped when complete — the old code refused the first kind ("holds a run with a
+    different config"), which stopped the claims reruns of runs made before #33. A real difference (lr) refuses."""
+    from omegaconf import OmegaConf
+
+    run_dir = tmp_path / "run"
+    args = ["rounds=1", "clients=3", "hardware.threads=1", "logger=none", f"hydra.run.dir={run_dir}"]
+    assert fedbench_here(*args, tmp_path=tmp_path)[0] == 0
+    cfg = OmegaConf.load(run_dir / "config.yaml")
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["status"] == "complete" and status["config_fingerprint"] == ckpt.fingerprint(cfg)
+    before = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hardware"])  # the config as made before #33
+    before.hardware = {k: v for k, v in cfg.hardware.items() if k not in ("distributed", "distributed_timeout")}
+    hashed = ckpt.fingerprint(cfg, counted=("distributed", "distributed_timeout"))
+    assert len({ckpt.fingerprint(before), hashed, ckpt.fingerprint(cfg)}) == 2  # before == now != while hashed
+    for recorded, extra in (
+        (ckpt.fingerprint(before), []),
+        (hashed, []),
+        (status["config_fingerprint"], ["hardware.distributed=off", "hardware.distributed_timeout=60"]),
+    ):
+        (run_dir / "status.json").write_text(json.dumps({**status, "config_fingerprint": recorded}))
+        code, err = fedbench_here(*args, *extra, tmp_path=tmp_path)
+        assert code == 0 and "is already complete; skipped" in err, (recorded, extra, err)
+    code, err = fedbench_here(*args, "lr=0.0123", tmp_path=tmp_path)
+    assert code == 2 and "holds a run with a different config" in err, err

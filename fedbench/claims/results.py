@@ -134,12 +134,12 @@ class RunSet:
 def _flat(d: dict, neutral: set, prefix: str = "") -> dict:
     """Dotted keys of a resolved config but Hydra's node and the results-neutral keys (``neutral`` and the
     checkpoint fingerprint's)."""
-    from ..checkpoint import NEUTRAL
+    from ..checkpoint import NEUTRAL, NEUTRAL_HARDWARE
 
     out: dict = {}
     for k, v in (d or {}).items():
         key = f"{prefix}{k}"
-        if key in neutral or key in NEUTRAL or key in ("dataset.root", "hardware.threads"):
+        if key in neutral or key in NEUTRAL or key in ("dataset.root", *(f"hardware.{k}" for k in NEUTRAL_HARDWARE)):
             continue
         if isinstance(v, dict) and v:
             out.update(_flat(v, neutral, key + "."))
