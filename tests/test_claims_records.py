@@ -3,6 +3,7 @@ same as the run dirs they come from, so that a page can be rebuilt where the run
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 from test_claims import CLAIM, _claims_file, _write_run
@@ -43,7 +44,9 @@ def test_records_are_judged_as_the_run_dirs_they_come_from(tmp_path):
     for i, job in enumerate(jobs):
         _write_run(sweep, job, i, acc[job["algorithm"]][int(job["seed"])])
     shutil.rmtree(sweep / "local_seed2")  # never started: no record
-    (sweep / "fedavg_seed1" / "status.json").write_text(json.dumps({"status": "failed", "error": "RunFailed: x"}))
+    where = f"{sweep.resolve()}/fedavg_seed1"
+    error = f"diverged in round 8: non-finite loss on client(s) [9]; run dir {where} (status.json)"
+    (sweep / "fedavg_seed1" / "status.json").write_text(json.dumps({"status": "failed", "error": error}))
     made_by = {"status": "complete", "commit": "abc123def456", "machine": "CPU X (2 cores)", "host": "vm"}
     (sweep / "local_seed0" / "status.json").write_text(json.dumps(made_by))
     from_dirs = evaluate_claim(pc, pc.claims[0], RunSet(pc, "smoke", runs))
@@ -58,6 +61,10 @@ def test_records_are_judged_as_the_run_dirs_they_come_from(tmp_path):
         ("local", "1", "complete"),
     ]
     assert all(r["rounds"]["1"]["time/round"] == 2.0 for r in lines)  # per-round numbers
+    # no path of this machine in a committed file: the runs dir of a run's error is written as <runs>
+    assert [r["error"] for r in lines if r["status"] == "failed"] == [
+        "diverged in round 8: non-finite loss on client(s) [9]; run dir <runs>/smoke/toy/fedavg_seed1 (status.json)"
+    ]
     # where it was made: from its status.json, else unknown (never the writer's own commit)
     assert {(r["overrides"]["algorithm"], r["overrides"]["seed"]): r["commit"] for r in lines} == {
         ("fedavg", "0"): None,
@@ -217,3 +224,22 @@ def test_a_claim_shows_the_mechanisms_own_numbers_per_method(tmp_path):
     page = "\n".join(_details(res, None))
     assert "Diagnostic `set_size@mean` (mean ± std over the complete runs): FedAvg 4.5 ± 1 (n = 3)" in page
     assert "Diagnostic `ccp_rounds` (mean ± std over the complete runs): FedAvg 12 ± 2 (n = 3)" in page
+
+
+def test_a_record_holds_no_path_of_the_machine_that_made_it():
+    """Records are committed: a runs dir written under another --runs (a borrowed GPU's temp dir) becomes <runs>, an
+    absolute data folder $FEDBENCH_DATA; a relative one (../shared/data) and the rest stay as they are."""
+    from fedbench.claims.records import _portable
+
+    rec = {
+        "paper": "toy",
+        "error": "diverged in round 3: non-finite loss; run dir /tmp/dc/claims/medium/toy/run_a (status.json)",
+        "config": {"data_root": "/tmp/tmp.AcO2", "dataset": {"root": "/tmp/tmp.AcO2", "name": "mnist"}, "lr": 0.01},
+    }
+    assert _portable(rec, Path("/elsewhere/outputs/claims")) == {
+        "paper": "toy",
+        "error": "diverged in round 3: non-finite loss; run dir <runs>/medium/toy/run_a (status.json)",
+        "config": {"data_root": "$FEDBENCH_DATA", "dataset": {"root": "$FEDBENCH_DATA", "name": "mnist"}, "lr": 0.01},
+    }
+    kept = {"paper": "toy", "error": None, "config": {"data_root": "../shared/data"}}
+    assert _portable(dict(kept), Path("runs")) == kept

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 from ..report.runs import RunRecord
 from .results import RunSet, launches, sweep_dir
+from .spec import SCALES
 
 RECORDS = "runs.jsonl"
 ENDED = ("complete", "diverged", "failed")  # a run still running or never started has no record
@@ -84,6 +86,24 @@ def load(path: Path, scale: str | None = None) -> list[RunRecord]:
     return out
 
 
+def _portable(rec: dict, runs_root: Path) -> dict:
+    """A record as the repository may hold it, with no path of the machine that made it: the runs dir in a diverged
+    run's error written as ``<runs>`` (the root of ``fedbench-claims run --runs``, default outputs/claims), an
+    absolute data folder as ``$FEDBENCH_DATA`` (what it was is results-neutral)."""
+    if rec.get("error"):
+        error = rec["error"]
+        for root in {str(Path(runs_root).resolve()), str(Path(runs_root).absolute())}:
+            error = error.replace(root + "/", "<runs>/")
+        scales = "|".join(re.escape(x) for x in SCALES)  # written under another --runs (e.g. on a borrowed GPU)
+        where = rf"(?<![\w.<])/[^\s;,()]*?/({scales})/{re.escape(rec['paper'])}/"
+        rec["error"] = re.sub(where, rf"<runs>/\1/{rec['paper']}/", error)
+    config = rec.get("config") or {}
+    for node, key in ((config, "data_root"), (config.get("dataset") or {}, "root")):
+        if isinstance(node.get(key), str) and node[key].startswith("/"):
+            node[key] = "$FEDBENCH_DATA"
+    return rec
+
+
 def write(pc, scale: str, runs_root: Path, out: Path) -> tuple[int, int]:
     """Add (or renew) the records of the ended runs of ``pc``'s experiments at ``scale`` found under ``runs_root``;
     the others' records stay. Returns (records written from runs here, records in the file)."""
@@ -107,11 +127,14 @@ def write(pc, scale: str, runs_root: Path, out: Path) -> tuple[int, int]:
             before = [r for r in starts if r.get("started", "") <= status.get("started", "")]
             made = status if status.get("commit") else (before[-1] if before else {})
             rec = record_of(run, pc.paper, scale, made)
+            rec = _portable(rec, runs_root)
             rec["overrides"] = dict(sorted((run.job or run.overrides).items()))
             n += _key(rec) not in written
             written.add(_key(rec))
             existing[_key(rec)] = rec
     path.parent.mkdir(parents=True, exist_ok=True)
+    for rec in existing.values():  # records written before they were made portable
+        _portable(rec, runs_root)
     lines = [json.dumps(existing[k], sort_keys=True) for k in sorted(existing)]
     tmp = path.with_suffix(".tmp")
     tmp.write_text("".join(line + "\n" for line in lines))
