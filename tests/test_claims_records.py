@@ -113,6 +113,32 @@ def test_run_makes_only_the_jobs_the_records_lack(tmp_path, cache_dir):
     assert [r.status for r in RunSet(pc, "smoke", runs, records=records).runs(exp)] == ["complete"] * 6
 
 
+def test_run_never_makes_a_diverged_run_again_but_makes_the_missing_one(tmp_path, cache_dir, capsys):
+    """A diverged run is an outcome (the same config and seed diverge again): `run` launches neither the one recorded
+    elsewhere nor the one whose run dir is here, only the missing job; the old code relaunched both."""
+    from fedbench.claims.runner import run
+
+    pc = load_file(_claims_file(tmp_path, [CLAIM]))
+    exp = pc.experiments["grid"]["smoke"]
+    jobs, _ = exp.jobs()
+    elsewhere, runs, out = tmp_path / "elsewhere", tmp_path / "runs", tmp_path / "results"
+    key = {(j["algorithm"], j["seed"]): j for j in jobs}
+    for i, seed in enumerate("012"):
+        _write_run(elsewhere / "smoke" / "toy", key["local", seed], i, 0.5)
+    _write_run(elsewhere / "smoke" / "toy", key["fedavg", "0"], 3, float("nan"), status="diverged")
+    assert write(pc, "smoke", elsewhere, out) == (4, 4)
+    _write_run(runs / "smoke" / "toy", key["fedavg", "1"], 4, float("nan"), status="diverged")  # a run dir here
+    records = records_path(out, "toy")
+    assert run(pc, "smoke", runs, ["hardware.threads=1", f"cache_dir={cache_dir}"], records=records) == 0
+    launch = json.loads((runs / "smoke" / "toy" / "claims_launches.jsonl").read_text().splitlines()[-1])
+    assert launch["command"].count("fedbench -m") == 1 and "algorithm=fedavg" in launch["command"], launch["command"]
+    assert "seed=2" in launch["command"] and "seed=0" not in launch["command"] and "seed=1" not in launch["command"]
+    assert (launch["complete_before"], launch["complete_after"]) == (5, 6)
+    assert "5/6 runs complete (2 of them diverged: an outcome, not made again)" in capsys.readouterr().err
+    statuses = [r.status for r in RunSet(pc, "smoke", runs, records=records).runs(exp)]
+    assert sorted(statuses) == ["complete"] * 4 + ["diverged"] * 2
+
+
 def test_a_report_never_replaces_a_page_with_less_evidence(tmp_path, capsys):
     """A page made from 6 complete runs is not rewritten from 5 (one run dir gone): one
     line naming what would be lost and the command that makes it; page, CSV and pictures unchanged. --force rewrites."""

@@ -17,6 +17,10 @@ from ..report.runtime import estimate_line, hours
 from .results import LAUNCHES, RunSet, sweep_dir
 from .spec import ClaimsError, PaperClaims
 
+# A run that ended in one of these is never made again: a diverged run is an outcome (docs/claims.md; the same config
+# and seed diverge again), a failed or interrupted one is made again.
+OUTCOMES = ("complete", "diverged")
+
 
 def launch(args: list[str]) -> int:
     """``fedbench <args>`` as its own process (exactly the command line: pre-check, Hydra, the launcher the overrides
@@ -83,14 +87,17 @@ def run(
         jobs = exp.jobs()[0]  # have made shared runs
         if seeds is not None:
             runs = [r for j, r in zip(jobs, runs) if int(j["seed"]) in seeds]
-        done = sum(r.status == "complete" for r in runs)
-        head = f"fedbench-claims: {pc.paper} {scale} {exp.name}: {done}/{len(runs)} runs complete"
+        done = sum(r.status in OUTCOMES for r in runs)
+        diverged = sum(r.status == "diverged" for r in runs)
+        head = f"fedbench-claims: {pc.paper} {scale} {exp.name}: {done}/{len(runs)} runs complete" + (
+            f" ({diverged} of them diverged: an outcome, not made again)" if diverged else ""
+        )
         if done == len(runs):
             print(f"{head}; nothing to run", file=sys.stderr)
             continue
         pick = [j for j in jobs if seeds is None or int(j["seed"]) in seeds]
-        if any(r.status == "complete" and r.path is None for r in runs):  # recorded elsewhere: only the others
-            todo = [j for j, r in zip(pick, runs) if r.status != "complete"]
+        if any(r.status in OUTCOMES and (r.path is None or r.status != "complete") for r in runs):  # only the others
+            todo = [j for j, r in zip(pick, runs) if r.status not in OUTCOMES]  # (a multirun would redo a diverged one)
             launches = [["-m", *exp.job_args(j), *extra, f"hydra.sweep.dir={sweep}"] for j in todo]
         else:  # one multirun (its complete run dirs are skipped at once)
             args = [f"seed={','.join(map(str, seeds))}" if a.startswith("seed=") and seeds else a for a in exp.args()]
@@ -113,7 +120,7 @@ def run(
         started, tic = time.strftime("%Y-%m-%dT%H:%M:%S%z"), time.perf_counter()
         code = max(launch(args) for args in launches)
         seconds = time.perf_counter() - tic
-        after = sum(r.status == "complete" for r in RunSet(pc, scale, runs_root, records=records).runs(exp))
+        after = sum(r.status in OUTCOMES for r in RunSet(pc, scale, runs_root, records=records).runs(exp))
         record = {
             "experiment": exp.name,
             "scale": scale,
