@@ -69,3 +69,18 @@ def test_summary_leaves_out_the_warm_up_round_and_amortises_evaluation(capsys):
     # rounds/s: fedbench 1 / (3 + 1) = 0.25, pfl-research 1 / (6 + 4) = 0.1
     assert "rounds/s: fedbench 0.250   pfl-research 0.100   fedbench faster by x2.50" in out
     assert "paired difference +0.0350 (sd 0.0071)" in out  # differences 0.03 and 0.04
+
+
+def test_pfllib_side_by_side_refuses_a_folder_that_is_no_pfllib_checkout(tmp_path):
+    """scripts/peers/pfllib_equal.py needs a PFLlib checkout (not on PyPI; not here): one line naming the option and
+    exit 2 before anything is built; and round 1 is warm-up, so --rounds 1 is refused the same way."""
+    script = SCRIPT.parent / "pfllib_equal.py"
+    p = subprocess.run([sys.executable, str(script), "--pfllib", str(tmp_path)], capture_output=True, text=True)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
+    assert f"--pfllib {str(tmp_path)!r} — not a PFLlib checkout" in p.stderr and not p.stdout
+    (tmp_path / "system" / "flcore" / "clients").mkdir(parents=True)
+    (tmp_path / "system" / "flcore" / "clients" / "clientavg.py").write_text("")
+    p = subprocess.run(
+        [sys.executable, str(script), "--pfllib", str(tmp_path), "--rounds", "1"], capture_output=True, text=True
+    )
+    assert p.returncode == 2 and "--rounds 1 — at least 2 (round 1 is warm-up)" in p.stderr, p.stderr
