@@ -142,6 +142,7 @@ CHECKS: dict[str, tuple] = {
     "logger.wandb.init_timeout": number(0, None, lo_open=True, optional=True),
     "logger.console": boolean(),
     "logger.jsonl": boolean(),
+    "logger.pictures": boolean(),
 }
 
 

@@ -180,8 +180,9 @@ class Loggers:
     def log(self, step: int, metrics: dict) -> None:
         self._each("log", step, metrics)
 
-    def image(self, key: str, path: Path, step: int) -> None:
-        self._each("image", key, path, step)
+    def image(self, key: str, path: Path | None, step: int) -> None:
+        if path is not None:  # None: not drawn (logger.pictures=false, fedbench.plots.drawing)
+            self._each("image", key, path, step)
 
     def summary(self, summary: dict) -> None:
         self._each("summary", summary)

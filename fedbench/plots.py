@@ -5,6 +5,7 @@ classes, rounds), cell labels that read on every cell colour."""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 
 import matplotlib
@@ -21,6 +22,7 @@ VECTOR = ("pdf", "svg")  # formats a report may add beside each PNG (--pictures)
 ALSO: list[str] = []  # the ones asked for (set_formats); the PNG is always written, the pages embed it
 MIN_WIDTH_PX = 1050  # >= 1000 px: readable when a page or a slide scales the picture down
 MIN_WIDTH_IN = MIN_WIDTH_PX / DPI
+_OFF: list[bool] = []  # the innermost `drawing(False)`: a run with logger.pictures=false writes no picture
 
 
 def figure(ncols: int = 1, nrows: int = 1, width: float | None = None, height: float = 4.2, **kw):
@@ -46,10 +48,25 @@ def set_formats(text: str | None) -> None:
     ALSO[:] = [f for f in VECTOR if f in asked]
 
 
-def save(fig, path: str | Path) -> Path:
+@contextmanager
+def drawing(on: bool):
+    """Within it, :func:`save` writes pictures only if ``on`` (a run's ``logger.pictures``): a sweep of short runs
+    spends a good part of each run drawing them (partition, curves, client spread, diagnostics); the metrics, CSVs
+    and matrices they show are written all the same."""
+    _OFF.append(not on)
+    try:
+        yield
+    finally:
+        _OFF.pop()
+
+
+def save(fig, path: str | Path) -> Path | None:
     """Write ``fig`` as a PNG at ``DPI``, scaled up (aspect kept) to at least ``MIN_WIDTH_PX`` wide, and close it; also
     as each format of ``ALSO`` beside it (same name, its suffix). tight_layout makes room for what is outside the axes
-    (a legend beside them, a wrapped title)."""
+    (a legend beside them, a wrapped title). Under ``drawing(False)``: closes ``fig``, writes nothing, returns None."""
+    if _OFF and _OFF[-1]:
+        plt.close(fig)
+        return None
     w, h = fig.get_size_inches()
     if w < MIN_WIDTH_IN:
         fig.set_size_inches(MIN_WIDTH_IN, h * MIN_WIDTH_IN / w)

@@ -326,8 +326,9 @@ class RunDir:
             with atomic(self.path / ".hydra" / name) as f:
                 f.write(OmegaConf.to_yaml(node))
 
-    def write_inputs(self, data) -> Path:
-        """partition_counts.csv, partition.png (returned) and the resolved config.yaml."""
+    def write_inputs(self, data) -> Path | None:
+        """partition_counts.csv, partition.png (returned; None if the run draws no pictures) and the resolved
+        config.yaml."""
         import numpy as np
         from omegaconf import OmegaConf
 
@@ -410,9 +411,10 @@ class RunDir:
         lock (not at all while another process holds it), so that a complete run's dir is the same however it ended."""
         from .checkpoint import directory, prune
         from .console import round_table
+        from .plots import drawing
 
         keep = int(self.cfg.checkpoint.keep_complete)
-        tables = [self.path / "metrics.csv", self.path / "curves.png"]
+        tables = [self.path / "metrics.csv", *([self.path / "curves.png"] if self.cfg.logger.pictures else [])]
         stray = [p for d in (self.path, directory(self.path)) for p in d.glob("*.tmp*") if is_interrupted_write(p)]
         if len(list(directory(self.path).glob("round_*.pt"))) <= keep and all(p.exists() for p in tables) and not stray:
             return
@@ -421,7 +423,8 @@ class RunDir:
                 self.remove_interrupted_writes()
                 prune(self.path, keep)
                 if not all(p.exists() for p in tables):
-                    round_table(self.path)
+                    with drawing(bool(self.cfg.logger.pictures)):
+                        round_table(self.path)
         except RunDirBusy:
             return
         except Exception as e:  # a convenience: the complete run's record is its summary and metrics.jsonl

@@ -34,6 +34,8 @@ from fedbench.claims.runner import check_extra
 from fedbench.claims.spec import ClaimsError, check, load, load_file
 
 PAPERS = ["cafeme", "ecl", "fedcom", "fedka", "fedrema"]
+# how the smoke runs are made here: one thread, and no run pictures (a third of a 1-round run; the pages' own are drawn)
+NO_PICTURES = ["hardware.threads=1", "logger.pictures=false"]
 
 
 def judge(text: str, data: dict, cols=(None,), seeds=(0, 1, 2), tolerance=0.5, paper=None, paper_scale=True):
@@ -613,7 +615,7 @@ def test_smoke_scale_runs_and_reports_every_claim(paper, tmp_path, cache_dir, ca
     gives the same page."""
     runs, out = tmp_path / "runs", tmp_path / "results"
     common = ["--runs", str(runs)]
-    assert main(["run", paper, "--scale", "smoke", *common, "hardware.threads=1", f"cache_dir={cache_dir}"]) == 0
+    assert main(["run", paper, "--scale", "smoke", *common, *NO_PICTURES, f"cache_dir={cache_dir}"]) == 0
     launches = (runs / "smoke" / paper / "claims_launches.jsonl").read_text().splitlines()
     assert launches and all(json.loads(ln)["exit"] == 0 for ln in launches)
     assert main(["report", paper, "--scale", "smoke", *common, "--out", str(out)]) == 0
@@ -639,7 +641,7 @@ def test_smoke_scale_runs_and_reports_every_claim(paper, tmp_path, cache_dir, ca
     if paper != "fedcom":  # the fastest paper checks the reuse
         return
     before = sorted(p.name for p in (runs / "smoke" / paper).iterdir())
-    assert main(["run", paper, "--scale", "smoke", *common, "hardware.threads=1", f"cache_dir={cache_dir}"]) == 0
+    assert main(["run", paper, "--scale", "smoke", *common, *NO_PICTURES, f"cache_dir={cache_dir}"]) == 0
     assert sorted(p.name for p in (runs / "smoke" / paper).iterdir()) == before
     assert (runs / "smoke" / paper / "claims_launches.jsonl").read_text().splitlines() == launches
     assert main(["report", paper, "--scale", "smoke", *common, "--out", str(out), "--no-plots"]) == 0
@@ -804,7 +806,7 @@ def test_the_bf16_scale_runs_the_cpu_runs_in_autocast_and_the_page_compares_the_
     path.write_text(yaml.safe_dump(node))
     pc, runs, out = load_file(path), tmp_path / "runs", tmp_path / "results"
     for scale in ("cpu", "cpu-bf16"):
-        assert run(pc, scale, runs, ["hardware.threads=1", f"cache_dir={cache_dir}"]) == 0
+        assert run(pc, scale, runs, [*NO_PICTURES, f"cache_dir={cache_dir}"]) == 0
     results = report(pc, ["cpu", "cpu-bf16"], runs, out, plots=False)
     verdicts = {(r.claim.id, r.scale): r.outcome.verdict for r in results}
     assert verdicts == {(c, s): "holds" for c in ("best", "final") for s in ("cpu", "cpu-bf16")}

@@ -6,7 +6,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from test_claims import CLAIM, _claims_file, _write_run
+from test_claims import CLAIM, NO_PICTURES, _claims_file, _write_run
 
 from fedbench.claims import main
 from fedbench.claims.records import load, records_path, write
@@ -102,7 +102,7 @@ def test_run_makes_only_the_jobs_the_records_lack(tmp_path, cache_dir):
         _write_run(elsewhere / "smoke" / "toy", job, i, 0.5)
     assert write(pc, "smoke", elsewhere, out) == (4, 4)
     records = records_path(out, "toy")
-    assert run(pc, "smoke", runs, ["hardware.threads=1", f"cache_dir={cache_dir}"], records=records) == 0
+    assert run(pc, "smoke", runs, [*NO_PICTURES, f"cache_dir={cache_dir}"], records=records) == 0
     made = sorted(d.name for d in (runs / "smoke" / "toy").iterdir() if (d / "summary.json").exists())
     assert len(made) == 2 and all("algorithm=fedavg" in d and "seed=0" not in d for d in made), made
     launch = json.loads((runs / "smoke" / "toy" / "claims_launches.jsonl").read_text().splitlines()[-1])
@@ -129,7 +129,7 @@ def test_run_never_makes_a_diverged_run_again_but_makes_the_missing_one(tmp_path
     assert write(pc, "smoke", elsewhere, out) == (4, 4)
     _write_run(runs / "smoke" / "toy", key["fedavg", "1"], 4, float("nan"), status="diverged")  # a run dir here
     records = records_path(out, "toy")
-    assert run(pc, "smoke", runs, ["hardware.threads=1", f"cache_dir={cache_dir}"], records=records) == 0
+    assert run(pc, "smoke", runs, [*NO_PICTURES, f"cache_dir={cache_dir}"], records=records) == 0
     launch = json.loads((runs / "smoke" / "toy" / "claims_launches.jsonl").read_text().splitlines()[-1])
     assert launch["command"].count("fedbench -m") == 1 and "algorithm=fedavg" in launch["command"], launch["command"]
     assert "seed=2" in launch["command"] and "seed=0" not in launch["command"] and "seed=1" not in launch["command"]

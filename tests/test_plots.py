@@ -161,3 +161,37 @@ def test_run_pictures_are_wide_and_readable(tmp_path):
     assert _width_px(draw_trace(rows, tmp_path / "trace.png")) >= 1000
     S = np.eye(3) * 0.5 + 0.5
     assert _width_px(draw_similarity_panels([(1, S)], tmp_path / "s.png", "S")) >= 1000
+
+
+def test_logger_pictures_false_draws_nothing_and_changes_no_result(tmp_path):
+    """logger.pictures=false (for sweeps of short runs, where drawing is a good part of a run): a FedCOM run — the
+    partition, curves, client spread and its matching-score heatmap — writes no PNG and logs no picture, yet the same
+    metrics, CSV and diagnostic matrices as with pictures, and the same fingerprint (a neutral key). A complete run
+    killed before its round table is finished by the next (skipped) launch, without pictures too."""
+    from conftest import make_cfg, metrics_by_round, run_cfg
+
+    from fedbench.checkpoint import fingerprint
+
+    def run(pictures: bool, run_dir):
+        cfg = make_cfg("algorithm=fedcom", "model=mlp", "partition=complementary_pairs", "clients=10", "rounds=2")
+        cfg.logger.pictures = pictures
+        return cfg, run_cfg(cfg, run_dir)
+
+    cfg_on, on = run(True, tmp_path / "on")
+    cfg_off, off = run(False, tmp_path / "off")
+    drawn = sorted(p.relative_to(tmp_path / "on").as_posix() for p in (tmp_path / "on").rglob("*.png"))
+    assert {"partition.png", "curves.png", "client_spread.png"} <= set(drawn), drawn
+    assert any(p.startswith("diagnostics/matching_scores/") for p in drawn), drawn
+    assert list((tmp_path / "off").rglob("*.png")) == []
+    untimed = lambda rows: {t: {k: v for k, v in r.items() if not k.startswith("time/")} for t, r in rows.items()}  # noqa: E731
+    with_pictures, without = untimed(metrics_by_round(tmp_path / "on")), untimed(metrics_by_round(tmp_path / "off"))
+    assert any(k.startswith("image/") for r in with_pictures.values() for k in r)
+    assert without == {t: {k: v for k, v in r.items() if not k.startswith("image/")} for t, r in with_pictures.items()}
+    assert off["metrics"] == on["metrics"] and fingerprint(cfg_off) == fingerprint(cfg_on)
+    assert (tmp_path / "off" / "metrics.csv").exists() and (tmp_path / "off" / "partition_counts.csv").exists()
+    npy = lambda d: sorted(p.relative_to(d).as_posix() for p in d.rglob("*.npy"))  # noqa: E731
+    assert npy(tmp_path / "off") == npy(tmp_path / "on") != []
+    (tmp_path / "off" / "metrics.csv").unlink()  # as if killed right after status.json said complete
+    _, again = run(False, tmp_path / "off")  # the same run: skipped, its round table finished, no curves.png
+    assert again["metrics"] == off["metrics"] and (tmp_path / "off" / "metrics.csv").exists()
+    assert list((tmp_path / "off").rglob("*.png")) == []
