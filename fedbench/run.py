@@ -50,13 +50,11 @@ class Run:
         except ConfigError as e:
             self.rundir.refused(e)
             raise
-        from .plots import drawing  # (matplotlib: imported when a run starts, not with the package)
-
         self.world = distributed.join(self.cfg.hardware)
         if not self.world.leader:
             return rundir.follow(self)
-        with self.world.leading(), drawing(bool(self.cfg.logger.pictures)):  # if rank 0 stops before the rounds,
-            return self._lead()  # the ranks waiting for its word stop too; logger.pictures=false: no picture drawn
+        with self.world.leading():  # if rank 0 stops before the rounds, the ranks waiting for its word stop too
+            return self._lead()
 
     def _lead(self) -> dict:
         self.skipped = (done := self.rundir.previous(owner=False)) is not None  # read-only: skip complete, refuse other

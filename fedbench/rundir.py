@@ -281,8 +281,11 @@ class RunDir:
 
     @contextmanager
     def locked(self):
-        """Hold the dir's lock (:class:`RunDirLock`) for the body; a fresh dir that :meth:`failures` found a bad config
-        in goes once the lock is released."""
+        """Hold the dir's lock (:class:`RunDirLock`) for the body, which draws pictures only with ``logger.pictures``
+        (:func:`fedbench.plots.drawing`); a fresh dir that :meth:`failures` found a bad config in goes once the lock is
+        released."""
+        from .plots import drawing
+
         self.fresh, self.remove = not self.path.is_dir() or not any(self.path.iterdir()), False
         try:
             self.path.mkdir(parents=True, exist_ok=True)
@@ -293,7 +296,8 @@ class RunDir:
                 "hydra.run.dir", str(self.path), f"an existing or creatable, writable directory ({e.strerror})"
             ) from None
         try:
-            yield
+            with drawing(bool(self.cfg.logger.pictures)):  # the run's PNGs only with logger.pictures (none are results)
+                yield
         finally:
             lock.release()
             if self.remove:

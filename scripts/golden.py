@@ -94,6 +94,7 @@ def record(algorithm: str, precision: str, workdir: Path) -> dict:
     summary = Run(cfg, run_dir).execute()
     rows = [json.loads(ln) for ln in (run_dir / "metrics.jsonl").read_text().splitlines()]
     rows = [{k: v for k, v in r.items() if not _clock_or_path(k)} for r in rows]
+    rows = [r for r in rows if set(r) != {"round"}]  # a picture's row (none with logger.pictures=false)
     return {"rows": rows, "metrics": summary["metrics"], "final": summary["final"]}
 
 

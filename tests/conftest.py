@@ -15,7 +15,8 @@ REPO = Path(__file__).resolve().parent.parent
 CONF = REPO / "conf"
 
 # Tiny, fast, offline defaults for every test run (the embedded digits data, files only).
-FAST = ["logger=none", "hardware=cpu", "rounds=3", "clients=5", "local_epochs=1"]
+# logger.pictures=false: no run PNGs (a run's results are the same, tests/test_plots.py; the tests of pictures ask)
+FAST = ["logger=none", "logger.pictures=false", "hardware=cpu", "rounds=3", "clients=5", "local_epochs=1"]
 
 # One thread: the test models are tiny (thread sync costs more than it gains) and a busy machine's shared
 # cores make OpenMP's spin-waits very slow. Subprocesses (CLI tests) inherit OMP_NUM_THREADS.

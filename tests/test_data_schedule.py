@@ -116,6 +116,7 @@ def test_scheduled_run_logs_sizes_and_the_forgetting_trace(tmp_path):
     run = Run(
         make_cfg(
             *BASE,
+            "logger.pictures=true",
             "rounds=3",
             "eval.forgetting.enabled=true",
             "eval.forgetting.draw_every=0",

@@ -343,6 +343,7 @@ def test_a_fedrema_run_logs_every_diagnostic(tmp_path, capsys):
     rounds, K = 5, 6
     cfg = make_cfg(
         "algorithm=fedrema",
+        "logger.pictures=true",
         "model=tiny_cnn",
         "partition=dominant_groups",
         "partition.samples_per_client=60",

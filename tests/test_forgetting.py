@@ -91,6 +91,7 @@ def test_tau_compares_round_start_global_model_with_the_trained_local_model(tmp_
     s = run_cfg(
         make_cfg(
             "algorithm=fedavg",
+            "logger.pictures=true",
             "clients=1",
             "rounds=2",
             "eval.forgetting.enabled=true",

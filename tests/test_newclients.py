@@ -114,6 +114,7 @@ def test_which_algorithms_fine_tune(tmp_path, algorithm, steps):
     s = run_cfg(
         make_cfg(
             *NC,
+            "logger.pictures=true",
             f"algorithm={algorithm}",
             "eval.new_clients.steps=4",
             "rounds=1",

@@ -76,7 +76,7 @@ def test_summary_has_best_final_last_of_the_spread_but_not_of_the_std():
 # ---- real runs -----------------------------------------------------------------------------------------------------
 
 # 4 rounds, lr 0.5: pers/acc peaks at round 3 and falls at round 4 (best round != last round)
-PEAKED = ("rounds=4", "clients=5", "lr=0.5", "checkpoint.final_model=false")
+PEAKED = ("rounds=4", "clients=5", "lr=0.5", "checkpoint.final_model=false", "logger.pictures=true")
 
 
 def hydra_files(algorithm: str) -> dict:
