@@ -10,7 +10,8 @@ commands are checked, not run; a few representative ones run for real:
   first job is composed (a sweep's keys — on the command line or in the experiment's ``hydra.sweeper.params`` — at
   their first value); a job on generated data (digits, synthetic) is also set up (data, partition, model, algorithm,
   which checks the algorithm's options). The README's quick-start runs on digits (``RUN``) really run, in this process,
-  with ``rounds=1 logger=none hardware.threads=1`` and a run/sweep dir under ``tmp_path`` (a sweep: its first job).
+  with ``rounds=1 logger=none logger.pictures=false hardware.threads=1`` and a run/sweep dir under ``tmp_path`` (a
+  sweep: its first job).
 * ``fedbench-report``: runs on a real (digits, one job, one round) sweep made here — a placeholder (``<sweep>``) or a
   sweep dir that only a paper-scale command would make stands for it; ``[...]`` parts are optional and left out;
   ``--wandb`` becomes ``--no-wandb`` (W&B logging has its own tests in test_report.py).
@@ -45,7 +46,7 @@ PLACEHOLDER = "@SWEEP@"
 # where each dataset lives under the data root (the ones a checkout's ../shared/data may hold)
 DATA_DIRS = {"cifar10": "cifar10", "mnist": "MNIST", "rmnist": "MNIST"}
 GENERATED = {"digits", "synthetic"}  # embedded / procedural: no data root needed
-SMOKE = ["rounds=1", "logger=none", "hardware.threads=1"]
+SMOKE = ["rounds=1", "logger=none", "logger.pictures=false", "hardware.threads=1"]
 
 
 @dataclass
