@@ -30,6 +30,7 @@ class PreemptionGuard:
         self.received: int | None = None
         self._old = {}
         self._deferred = False
+        self._unraisablehook = None
 
     def _handler(self, signum, frame):
         if self.received is not None:
@@ -58,7 +59,14 @@ class PreemptionGuard:
         finally:
             self._deferred = False
 
+    def _unraisable(self, u) -> None:
+        """A signal that landed in a ``__del__`` or weakref callback: Python cannot raise there and would print a
+        traceback ("Exception ignored in ..."); the signal is noted and :meth:`check` raises it, so stay quiet."""
+        if not isinstance(u.exc_value, Preempted):
+            self._unraisablehook(u)
+
     def __enter__(self):
+        self._unraisablehook, sys.unraisablehook = sys.unraisablehook, self._unraisable
         for s in self.SIGNALS:
             try:
                 self._old[s] = signal.signal(s, self._handler)
@@ -71,6 +79,7 @@ class PreemptionGuard:
     def __exit__(self, *exc):
         for s, h in self._old.items():
             signal.signal(s, h)
+        sys.unraisablehook = self._unraisablehook
         return False
 
 
