@@ -81,8 +81,10 @@ class Evaluation(Callback):
 
     def on_end(self, run, summary: dict) -> None:
         from .console import run_title
-        from .plots import save
+        from .plots import off, save
 
+        if off():
+            return
         fig = self.evaluator.spread_figure(run_title(run.run_dir))
         if fig is not None:
             run.loggers.image("client_spread", save(fig, run.run_dir / "client_spread.png"), int(run.cfg.rounds))

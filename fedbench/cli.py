@@ -21,6 +21,7 @@ import yaml
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from . import hydra_cache
 from .config import dirname
 from .distributed import is_follower
 from .errors import ConfigError, Diverged, RunDirBusy, RunFailed
@@ -602,6 +603,7 @@ def estimate(args: list[str]) -> None:
 
 
 def _main() -> None:
+    hydra_cache.install()  # every compose of this process (pre-check, sweep, jobs) parses each config file once
     logging.raiseExceptions = False  # a full disk: a library's log handler (W&B's) prints no traceback per record
     wants_estimate = "--estimate" in sys.argv[1:]
     sys.argv[1:] = flags_first(quote_dirs([a for a in sys.argv[1:] if a != "--estimate"]))

@@ -279,11 +279,11 @@ def run_title(run_dir: Path) -> str:
     return f"{what}({Path(run_dir).name})" if what else Path(run_dir).name
 
 
-def curves(rows: list[dict], path: Path, title: str | None = None) -> Path:
+def curves(rows: list[dict], path: Path, title: str | None = None) -> Path | None:
     """``curves.png``: :func:`curves_figure`, saved."""
-    from .plots import save
+    from .plots import off, save
 
-    return save(curves_figure(rows, title), path)
+    return None if off() else save(curves_figure(rows, title), path)
 
 
 def curves_figure(rows: list[dict], title: str | None = None):

@@ -8,14 +8,9 @@ from __future__ import annotations
 from contextlib import contextmanager
 from pathlib import Path
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
-
-from .files import written  # noqa: E402
+from .files import written
 
 DPI = 150
 VECTOR = ("pdf", "svg")  # formats a report may add beside each PNG (--pictures): vector, for papers and slides
@@ -25,14 +20,27 @@ MIN_WIDTH_IN = MIN_WIDTH_PX / DPI
 _OFF: list[bool] = []  # the innermost `drawing(False)`: a run with logger.pictures=false writes no picture
 
 
+def pyplot():
+    """matplotlib's pyplot on the Agg backend (no display), imported on first use: a run that draws nothing (its
+    ``logger.pictures=false``) never pays the ~0.6 s import."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def figure(ncols: int = 1, nrows: int = 1, width: float | None = None, height: float = 4.2, **kw):
     """``plt.subplots`` at least ``MIN_WIDTH_IN`` wide (``width`` per column, else shared evenly)."""
     w = max(MIN_WIDTH_IN, (width or 0) * ncols)
-    return plt.subplots(nrows, ncols, figsize=(w, height * nrows), **kw)
+    return pyplot().subplots(nrows, ncols, figsize=(w, height * nrows), **kw)
 
 
 def integer_ticks(ax, x: bool = True, y: bool = False) -> None:
     """Only whole-number ticks (rounds, clients, classes, steps)."""
+    from matplotlib.ticker import MaxNLocator
+
     if x:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     if y:
@@ -60,11 +68,17 @@ def drawing(on: bool):
         _OFF.pop()
 
 
+def off() -> bool:
+    """Inside ``drawing(False)``: a picture's maker may skip drawing the figure (:func:`save` would not write it)."""
+    return bool(_OFF and _OFF[-1])
+
+
 def save(fig, path: str | Path) -> Path | None:
     """Write ``fig`` as a PNG at ``DPI``, scaled up (aspect kept) to at least ``MIN_WIDTH_PX`` wide, and close it; also
     as each format of ``ALSO`` beside it (same name, its suffix). tight_layout makes room for what is outside the axes
     (a legend beside them, a wrapped title). Under ``drawing(False)``: closes ``fig``, writes nothing, returns None."""
-    if _OFF and _OFF[-1]:
+    plt = pyplot()
+    if off():
         plt.close(fig)
         return None
     w, h = fig.get_size_inches()
@@ -101,7 +115,7 @@ def heatmap_figure(
     """The figure of :func:`heatmap` (not saved): integer ticks on both axes (rows and columns are indices)."""
     m = np.asarray(matrix, dtype=float)
     h, w = m.shape
-    fig, ax = plt.subplots(figsize=(max(MIN_WIDTH_IN, min(14, 1.5 + 0.45 * w)), max(3.5, min(12, 1.2 + 0.35 * h))))
+    fig, ax = pyplot().subplots(figsize=(max(MIN_WIDTH_IN, min(14, 1.5 + 0.45 * w)), max(3.5, min(12, 1.2 + 0.35 * h))))
     im = ax.imshow(m, aspect="auto", cmap=cmap, vmin=vmin, vmax=vmax, interpolation="nearest")
     fig.colorbar(im, ax=ax)
     ax.set_title(title)
@@ -136,8 +150,10 @@ def heatmap(
     annotate: bool | None = None,
     vmin=None,
     vmax=None,
-) -> Path:
-    """Draw ``matrix`` as a heatmap PNG; small matrices get their values written in the cells."""
+) -> Path | None:
+    """Draw ``matrix`` as a heatmap PNG; small matrices get their values written in the cells (None: not drawn)."""
+    if off():
+        return None
     return save(heatmap_figure(matrix, title, xlabel, ylabel, cmap, annotate, vmin, vmax), path)
 
 

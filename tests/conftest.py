@@ -11,6 +11,10 @@ import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
+from fedbench.hydra_cache import install
+
+install()  # as the fedbench command does: each config file parsed once per process
+
 REPO = Path(__file__).resolve().parent.parent
 CONF = REPO / "conf"
 

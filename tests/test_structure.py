@@ -3,6 +3,9 @@ the callbacks called in the order the round loop documents (fedbench/callbacks.p
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 from conftest import make_cfg
@@ -65,3 +68,22 @@ def test_validate_runs_once_and_callbacks_are_called_in_the_documented_order(tmp
     ]
     # round 2's metrics: the algorithm's, time/round, then the evaluation's, then time/eval
     assert rec.keys.index("time/round") < rec.keys.index("pers/acc") < rec.keys.index("time/eval") == len(rec.keys) - 1
+
+
+def test_a_run_on_embedded_data_without_pictures_imports_no_torchvision_matplotlib_or_inductor(tmp_path):
+    """What a process imports is paid by every run and every job of a sweep: torchvision (~1.5 s: its models import
+    torch._dynamo), torch._inductor (~2 s, by torch.use_deterministic_algorithms) and pyplot (~0.6 s) are imported
+    only where a run needs them (torchvision's datasets, hardware.deterministic=true, pictures)."""
+    script = (
+        "import sys\n"
+        "from fedbench.cli import main\n"
+        "sys.argv = ['fedbench', 'logger=none', 'logger.pictures=false', 'dataset=digits', 'model=mlp', 'rounds=1',"
+        " 'clients=3', 'algorithm=fedpac', 'hydra.run.dir=run']\n"
+        "main()\n"
+        "print(sorted({m.split('.')[0] if not m.startswith('torch._') else '.'.join(m.split('.')[:2])"
+        " for m in sys.modules if m.startswith(('torchvision', 'matplotlib', 'torch._inductor', 'torch._dynamo'))}))\n"
+    )
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.strip().splitlines()[-1] == "[]"
+    assert json.loads((tmp_path / "run" / "status.json").read_text())["status"] == "complete"

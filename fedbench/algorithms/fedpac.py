@@ -29,7 +29,6 @@ import time
 import numpy as np
 import torch
 import torch.nn.functional as F
-from scipy.optimize import minimize
 from threadpoolctl import threadpool_limits
 from torch.func import functional_call
 
@@ -63,6 +62,8 @@ def simplex_qp(P: np.ndarray) -> np.ndarray | None:
     scale = float(np.abs(P).max())
     if scale == 0.0:
         return np.full(m, 1.0 / m)
+    from scipy.optimize import minimize  # (here: importing it costs ~0.6 s in every process that lists the methods)
+
     Q = P / scale
     res = minimize(
         lambda a: a @ Q @ a,

@@ -3,6 +3,7 @@ seeds (fedbench/report's ``Report``), and the predicate evaluated seed-paired on
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections import Counter
@@ -193,20 +194,27 @@ class ClaimResult:
 def labels(pc: PaperClaims, claim: Claim) -> dict:
     """Display names of the rows: the ``table.labels`` of the claim's experiment configs (at any scale), then of the
     paper's other experiments."""
+    out: dict = {}
+    others = [e for name, per in pc.experiments.items() if name != claim.experiment for e in per.values()]
+    for exp in [*pc.experiments[claim.experiment].values(), *others]:
+        for k, v in _table_labels(exp.experiment):
+            out.setdefault(k, v)
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _table_labels(experiment: str) -> tuple:
+    """An experiment config's ``table.labels`` as (canonical key, name) pairs (each file read once per process: a
+    page asks for every claim at every scale)."""
     import yaml
 
     from ..cli import CONF_DIR
 
-    out: dict = {}
-    others = [e for name, per in pc.experiments.items() if name != claim.experiment for e in per.values()]
-    for exp in [*pc.experiments[claim.experiment].values(), *others]:
-        try:
-            node = yaml.safe_load((CONF_DIR / "experiment" / f"{exp.experiment}.yaml").read_text()) or {}
-        except (OSError, yaml.YAMLError):
-            continue
-        for k, v in ((node.get("table") or {}).get("labels") or {}).items():
-            out.setdefault(canon(k), str(v))
-    return out
+    try:
+        node = yaml.safe_load((CONF_DIR / "experiment" / f"{experiment}.yaml").read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return ()
+    return tuple((canon(k), str(v)) for k, v in ((node.get("table") or {}).get("labels") or {}).items())
 
 
 def evaluate_claim(pc: PaperClaims, claim: Claim, runset: RunSet) -> ClaimResult:

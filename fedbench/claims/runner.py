@@ -152,9 +152,11 @@ def estimate_runs(args: list[str], extra: list[str]) -> dict:
     from hydra.core.global_hydra import GlobalHydra
 
     from ..cli import CONF_DIR
+    from ..hydra_cache import install
     from ..report.runtime import estimate_overrides
 
     given = [a for a in [*args, *extra] if "=" in a and not a.startswith(("hydra.", "logger"))]
+    install()
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):

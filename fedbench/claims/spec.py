@@ -372,7 +372,9 @@ def hydra_context():
     from hydra.core.global_hydra import GlobalHydra
 
     from ..cli import CONF_DIR
+    from ..hydra_cache import install
 
+    install()  # each config file parsed once per process (a page composes once per missing job)
     if GlobalHydra.instance().is_initialized():
         yield
         return

@@ -66,7 +66,8 @@ def configure(tf32: bool, deterministic: bool, device: torch.device) -> None:
     set_tf32(bool(tf32))
     if deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.use_deterministic_algorithms(bool(deterministic))
+    if torch.are_deterministic_algorithms_enabled() != bool(deterministic):  # (the call imports torch._inductor:
+        torch.use_deterministic_algorithms(bool(deterministic))  # ~2 s per process; torch's default is off)
     torch.backends.cudnn.deterministic = bool(deterministic)
     torch.backends.cudnn.benchmark = not deterministic and device.type == "cuda"
 
