@@ -2,7 +2,8 @@
 
 The layers, bottom to top (a module may import its own layer and the layers below it):
 
-  foundation   errors, checks (config value checks), seeding, preemption: import nothing of fedbench but each other
+  foundation   errors, checks (config value checks), seeding, preemption, hydra_cache (a parse cache for Hydra's
+               config files): import nothing of fedbench but each other
   files        files (atomic writes), plots (pictures): the algorithms' diagnostics write with them
   blocks       data (datasets, partitions), models (networks and their registry)
   engine       the local-training loop, optimizers, stacked models (engine/functional.py runs the models), the fp32
@@ -32,7 +33,7 @@ from conftest import REPO
 PACKAGE = REPO / "fedbench"
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [  # bottom to top; names under fedbench ("" = the package itself)
-    ("foundation", ("errors", "checks", "seeding", "preemption", "provenance")),
+    ("foundation", ("errors", "checks", "seeding", "preemption", "provenance", "hydra_cache")),
     ("files", ("files", "plots")),
     ("blocks", ("data", "models")),
     ("engine", ("engine", "engine.agreement")),
