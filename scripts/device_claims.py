@@ -1,18 +1,21 @@
 """Claim runs on a borrowed GPU, several processes at once, stopped at a deadline, packed for the way back.
 
-    bash scripts/device_run.sh --out $OUT -- python scripts/device_claims.py fedka --scale medium \
-        --only table1,ablation --parallel 8 --budget 540 --out $OUT
+    bash scripts/device_run.sh --out $OUT -- python scripts/device_claims.py --scale medium \
+        fedka:ablation cafeme:table1,heterogeneity ecl --parallel 12 --budget 470 --out $OUT
 
 Small models leave a GPU idle between kernel launches (FedKA's quarter-width t-CNN: one process uses a fraction of
-an H100), so one ``fedbench-claims run PAPER --only EXP --seeds K`` per (experiment, seed) runs in a process of its
-own, ``--parallel`` at a time, in the order of ``--only`` then the seeds (the first experiment's seeds first).
-At ``--budget`` seconds, or at a SIGTERM to this script, every job still running gets SIGTERM, its fedbench
-process too (a run checkpoints, its status says ``preempted``; not resumed here: the next device call or a CPU
-starts it again; a job still there 30 s later is killed), and what finished is packed:
+an H100), so every run still to make — not complete or diverged under ``--work``, nor in the committed records
+(docs/results/<paper>/runs.jsonl) — is one ``fedbench`` process of its own, ``--parallel`` at a time, in the order
+given (``PAPER:EXP,EXP``; a bare ``PAPER``: every experiment its claims need at the scale), a run that two
+experiments share made once. A job is one run, so a deadline loses at most the runs under way, never a finished
+one waiting behind them. At ``--budget`` seconds, or at a SIGTERM to this script, every job still running gets
+SIGTERM (the run checkpoints, its status says ``preempted``; not resumed here: the next device call with the same
+``--work``, or a CPU, makes it again; a job still there 30 s later is killed), and what finished is packed (also
+after each finished job, so that a call cut short still brings back what was done):
 
     claims.tar.gz  the runs without checkpoints: ``tar xzf claims.tar.gz -C outputs`` then
                    ``fedbench-claims record PAPER --scale S --runs outputs/claims`` here
-    report.txt     one line per job: experiment, seed, exit, seconds; the runs complete per experiment
+    report.txt     one line per job: paper, experiment, run, exit, seconds; the runs complete per experiment
     console.txt    every process's output, each line prefixed with its job
     smi.csv        nvidia-smi's utilisation and memory every 5 s (when there is an nvidia-smi)
 
@@ -32,15 +35,42 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_check import pack  # noqa: E402
 
-from fedbench.claims.results import RunSet  # noqa: E402
-from fedbench.claims.spec import load  # noqa: E402
+from fedbench.claims import committed_records  # noqa: E402
+from fedbench.claims.results import RunSet, sweep_dir  # noqa: E402
+from fedbench.claims.runner import check_extra, run_args, todo  # noqa: E402
+from fedbench.claims.spec import ClaimsError, load  # noqa: E402
+
+
+def plan(
+    items: list[str], scale: str, runs: Path, seeds: list[int] | None, extra: list[str], records=committed_records
+) -> tuple[list, list]:
+    """The jobs, in order — (paper, experiment, label, fedbench arguments), one per run still to make — and the
+    (paper claims, experiment) pairs asked for. ``records``: paper -> its records file."""
+    jobs, asked, seen = [], [], set()
+    for item in items:
+        paper, _, names = item.partition(":")
+        pc = load(paper)
+        needed = [e.name for e in pc.needed(scale)]
+        for name in names.split(",") if names else needed:
+            if name not in needed:
+                raise ClaimsError(f"{item}: {name!r} is not an experiment of {paper} at {scale} ({', '.join(needed)})")
+            exp = pc.experiments[name][scale]
+            if seeds is not None and not set(seeds) <= set(exp.seeds):
+                raise ClaimsError(f"--seeds {seeds} — {paper} {scale} {name} runs seeds {exp.seeds}")
+            asked.append((pc, exp))
+            left = todo(pc, scale, exp, runs, records(paper), seeds)[1]
+            for job in sorted(left, key=lambda j: int(j["seed"])):  # seed by seed: a deadline leaves whole seeds
+                if (paper, frozenset(job.items())) in seen:
+                    continue
+                seen.add((paper, frozenset(job.items())))
+                label = " ".join(f"{k.lstrip('+~')}={job[k.lstrip('+~')]}" for k in [*exp.sweep, "seed"])
+                jobs.append((paper, name, label, tuple(run_args(exp, job, extra, sweep_dir(runs, scale, paper)))))
+    return jobs, asked
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("paper")
     ap.add_argument("--scale", required=True)
-    ap.add_argument("--only", required=True, help="comma list of experiments, in the order they start")
     ap.add_argument("--seeds", default=None, help="comma list (default: the scale's seeds)")
     ap.add_argument("--parallel", type=int, default=4, help="processes at once")
     ap.add_argument("--threads", type=int, default=1, help="hardware.threads of each process")
@@ -49,23 +79,31 @@ def main() -> int:
     ap.add_argument(
         "--work", type=Path, default=None, help="where the runs go (default OUT/work; outside $OUT on a GPU)"
     )
-    ap.add_argument("overrides", nargs="*", help="results-neutral overrides for every run (fedbench-claims run's)")
+    ap.add_argument("--dry-run", action="store_true", help="print the runs to make, in order, and stop")
+    ap.add_argument(
+        "items",
+        nargs="+",
+        metavar="PAPER[:EXP,...] | KEY=VALUE",
+        help="what to run, in order; KEY=VALUE: results-neutral overrides for every run (fedbench-claims run's)",
+    )
     args = ap.parse_args()
     start = time.monotonic()
-    pc = load(args.paper)
-    exps = args.only.split(",")
-    for name in exps:
-        if name not in pc.experiments or args.scale not in pc.experiments[name]:
-            print(f"device_claims: --only {name}: not an experiment of {args.paper} at {args.scale}", file=sys.stderr)
-            return 2
-    seeds = args.seeds.split(",") if args.seeds else None
-    jobs = [
-        (name, str(s))
-        for name in exps
-        for s in (seeds or [str(x) for x in pc.experiments[name][args.scale].scale.seeds])
-    ]
-    args.out.mkdir(parents=True, exist_ok=True)
+    overrides = [a for a in args.items if "=" in a]
     runs = (args.work or args.out / "work") / "claims"
+    extra = ["logger=none", f"hardware.threads={args.threads}", *overrides]
+    try:
+        check_extra(overrides)
+        seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else None
+        jobs, asked = plan([a for a in args.items if "=" not in a], args.scale, runs, seeds, extra)
+    except ClaimsError as e:
+        print(f"device_claims: {e}", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        for job in jobs:
+            print(f"{' '.join(job[:3])}: fedbench {' '.join(job[3])}")
+        print(f"device_claims: {len(jobs)} runs to make", file=sys.stderr)
+        return 0
+    args.out.mkdir(parents=True, exist_ok=True)
     console = (args.out / "console.txt").open("a")
     report = (args.out / "report.txt").open("a")
     lock = threading.Lock()
@@ -86,7 +124,7 @@ def main() -> int:
             stderr=subprocess.DEVNULL,
         )
     say(
-        f"device_claims: {args.paper} {args.scale}, {len(jobs)} jobs ({', '.join(exps)}), {args.parallel} at a "
+        f"device_claims: {args.scale}, {len(jobs)} runs to make ({', '.join(args.items)}), {args.parallel} at a "
         f"time, {args.threads} thread(s) each, budget {args.budget:.0f} s"
     )
 
@@ -106,18 +144,17 @@ def main() -> int:
             for proc, _, _ in running.values():
                 signal_group(proc, signal.SIGTERM)
         while queue and len(running) < args.parallel:
-            exp, seed = job = queue.pop(0)
-            cmd = [sys.executable, "-m", "fedbench.claims", "run", args.paper, "--scale", args.scale]
-            cmd += ["--only", exp, "--seeds", seed, "--runs", str(runs), f"hardware.threads={args.threads}"]
+            job = queue.pop(0)
+            cmd = [sys.executable, "-m", "fedbench.cli", *job[3]]
             proc = subprocess.Popen(  # a session of its own: a stop reaches its fedbench process too
-                cmd + args.overrides,
+                cmd,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 text=True,
                 bufsize=1,
                 start_new_session=True,
             )
-            reader = threading.Thread(target=pipe, args=(proc, f"{exp} s{seed}"), daemon=True)
+            reader = threading.Thread(target=pipe, args=(proc, " ".join(job[:3])), daemon=True)
             reader.start()
             running[job] = (proc, time.monotonic(), reader)
         for job, (proc, t0, reader) in list(running.items()):
@@ -130,16 +167,19 @@ def main() -> int:
             if code is not None:
                 reader.join(timeout=5)
                 del running[job]
-                say(f"job {job[0]} seed {job[1]}: exit {code} after {time.monotonic() - t0:.0f} s")
+                say(f"job {' '.join(job[:3])}: exit {code} after {time.monotonic() - t0:.0f} s")
+                if runs.exists():
+                    pack(runs, args.out / "claims.tar.gz")
         time.sleep(0.5)
     if smi:
         smi.terminate()
     if runs.exists():
         pack(runs, args.out / "claims.tar.gz")
-        for name in exps:
-            got = RunSet(pc, args.scale, runs).runs(pc.experiments[name][args.scale])
-            n = sum(r.status == "complete" for r in got)
-            say(f"{args.paper} {name}: {n} of {len(got)} runs complete")
+    for pc, exp in asked:
+        here = RunSet(pc, args.scale, runs).runs(exp)
+        n, m = sum(r.status == "complete" for r in here), len(here)
+        left = len(todo(pc, args.scale, exp, runs, committed_records(pc.paper))[1])
+        say(f"{pc.paper} {exp.name}: {n} of {m} runs complete here; {m - left} of {m} with the committed records")
     say(f"device_claims: done after {time.monotonic() - start:.0f} s")
     return 0
 

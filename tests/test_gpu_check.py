@@ -156,33 +156,21 @@ def test_any_command_on_the_image_with_device_run(image_env, kit, tmp_path):
 
 
 def test_parallel_claim_runs_to_a_deadline_with_device_claims(image_env, kit, tmp_path):
-    """scripts/device_claims.py in the image-like venv through device_run.sh: one process per (experiment, seed), two
-    at a time; what finished comes back as claims.tar.gz that fedbench-claims reads here. A SIGTERM (as the budget's
-    end) while a run is under way stops every job and its fedbench process: no status is left saying running, no
-    process is left behind, and the archive is still written."""
+    """scripts/device_claims.py in the image-like venv through device_run.sh: one process per run, two at a time;
+    what finished comes back as claims.tar.gz that fedbench-claims reads here, and its records leave nothing to make
+    (a run the records lack is the only job). A SIGTERM (as the budget's end) while a run is under way stops every job
+    and its fedbench process: no status is left saying running, no process is left behind, the archive is written."""
     env = {"PYTHON": str(image_env), "PATH": "/usr/bin:/bin", "FEDBENCH_KIT": str(kit), "FEDBENCH_DATA": str(tmp_path)}
 
     def device_claims(out: Path, budget: str) -> list[str]:
         cmd = ["bash", str(SCRIPTS / "device_run.sh"), "--out", str(out), "--", "python", "scripts/device_claims.py"]
-        return cmd + [
-            "fedka",
-            "--scale",
-            "smoke",
-            "--only",
-            "table1",
-            "--parallel",
-            "2",
-            "--out",
-            str(out),
-            "--budget",
-            budget,
-        ]
+        return cmd + ["--scale", "smoke", "fedka:table1", "--parallel", "2", "--out", str(out), "--budget", budget]
 
     out = tmp_path / "out"
     p = subprocess.run(device_claims(out, "300"), capture_output=True, text=True, timeout=600, env=env)
     report = (out / "report.txt").read_text()
     assert p.returncode == 0, (out / "console.txt").read_text()[-3000:]
-    assert report.count(": exit 0 after") == 2 and "fedka table1: 4 of 4 runs complete" in report, report
+    assert report.count(": exit 0 after") == 4 and "fedka table1: 4 of 4 runs complete here" in report, report
     from fedbench.claims.results import RunSet
     from fedbench.claims.spec import load
 
@@ -193,6 +181,17 @@ def test_parallel_claim_runs_to_a_deadline_with_device_claims(image_env, kit, tm
     pc = load("fedka")
     runs = RunSet(pc, "smoke", back / "claims").runs(pc.experiments["table1"]["smoke"])
     assert sorted((r.status, r.seed) for r in runs) == [("complete", 0)] * 2 + [("complete", 1)] * 2
+
+    record = [sys.executable, "-m", "fedbench.claims", "record", "fedka", "--scale", "smoke", "--runs", str(back / "claims")]
+    assert subprocess.run([*record + ["--out", str(tmp_path / "rec")]], capture_output=True).returncode == 0
+    dc = _module("device_claims")
+    recs = tmp_path / "rec" / "fedka" / "runs.jsonl"
+    lines = recs.read_text().splitlines()
+    assert len(lines) == 4 and dc.plan(["fedka:table1"], "smoke", tmp_path / "none", None, [], lambda p: recs)[0] == []
+    dropped = next(x for x in lines if '"fedka_0.01"' in x and '"seed": "1"' in x)
+    recs.write_text("".join(x + "\n" for x in lines if x != dropped))
+    jobs = dc.plan(["fedka:table1"], "smoke", tmp_path / "none", None, [], lambda p: recs)[0]
+    assert [j[2] for j in jobs] == ["experiment/fedka/arm@_global_=fedka_0.01 seed=1"], jobs
 
     late = tmp_path / "late"
     proc = subprocess.Popen(device_claims(late, "600"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
@@ -211,6 +210,34 @@ def test_parallel_claim_runs_to_a_deadline_with_device_claims(image_env, kit, tm
     statuses = [json.loads(f.read_text())["status"] for f in work.glob("*/status.json")]
     assert statuses and "running" not in statuses, statuses
     assert subprocess.run(["pgrep", "-f", str(late)], capture_output=True).returncode == 1  # nothing left behind
+
+
+def test_device_claims_plans_each_run_once_seed_by_seed_and_refuses_a_bad_item(tmp_path):
+    """Several papers and experiments in one call: a run two experiments share (ECL's if_sweep at IF = 100 is table1's
+    ECL run) is one job; jobs go seed by seed within an experiment (a deadline leaves whole seeds); an experiment the
+    paper lacks at the scale, a seed it does not run and an override that changes results are refused, exit 2."""
+    dc = _module("device_claims")
+    jobs, asked = dc.plan(["fedka:table1", "ecl:table1,if_sweep"], "smoke", tmp_path, None, [], lambda p: tmp_path)
+    assert [(pc.paper, e.name) for pc, e in asked] == [("fedka", "table1"), ("ecl", "table1"), ("ecl", "if_sweep")]
+    ecl = [j for j in jobs if j[0] == "ecl"]
+    assert len(jobs) == 4 + 10 and len(ecl) == 8 + 4 - 2 and len({j[3] for j in jobs}) == len(jobs)
+    assert [j[2] for j in ecl if j[1] == "if_sweep"] == [
+        "algorithm=ecl partition.imbalance_factor=10 seed=0",
+        "algorithm=ecl partition.imbalance_factor=10 seed=1",
+    ]
+    for name in ("table1", "if_sweep"):
+        seeds = [int(j[2].rsplit("seed=", 1)[1]) for j in ecl if j[1] == name]
+        assert seeds == sorted(seeds) and seeds[0] < seeds[-1], seeds
+    assert all(f"hydra.sweep.dir={tmp_path / 'smoke' / j[0]}" in j[3] for j in jobs)
+    script = [sys.executable, str(SCRIPTS / "device_claims.py"), "--scale", "smoke", "--out", str(tmp_path / "o")]
+    for bad, says in [
+        (["fedka:table9"], "fedka:table9: 'table9' is not an experiment of fedka at smoke (tuned, alpha, table1)"),
+        (["fedka:table1", "--seeds", "7"], "--seeds [7] — fedka smoke table1 runs seeds [0, 1]"),
+        (["fedka:table1", "lr=0.5"], "override 'lr=0.5' would change the runs"),
+    ]:
+        p = subprocess.run([*script, *bad], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 2 and p.stderr.startswith("device_claims: ") and says in p.stderr, p.stderr
+        assert len(p.stderr.strip().splitlines()) == 1 and not (tmp_path / "o").exists()
 
 
 def test_the_peers_kit_adds_pfl_research_and_what_it_imports_that_the_image_lacks(tmp_path):

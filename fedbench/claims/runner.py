@@ -83,11 +83,8 @@ def run(
             continue
         if seeds is not None and not set(seeds) <= set(exp.seeds):
             raise ClaimsError(f"--seeds {seeds} — {pc.paper} {scale} {exp.name} runs seeds {exp.seeds}")
-        runs = RunSet(pc, scale, runs_root, records=records).runs(exp)  # read again: an earlier experiment may
-        jobs = exp.jobs()[0]  # have made shared runs
-        if seeds is not None:
-            runs = [r for j, r in zip(jobs, runs) if int(j["seed"]) in seeds]
-        done = sum(r.status in OUTCOMES for r in runs)
+        runs, left = todo(pc, scale, exp, runs_root, records, seeds)  # read again: an earlier experiment may have
+        done = len(runs) - len(left)  # made shared runs
         diverged = sum(r.status == "diverged" for r in runs)
         head = f"fedbench-claims: {pc.paper} {scale} {exp.name}: {done}/{len(runs)} runs complete" + (
             f" ({diverged} of them diverged: an outcome, not made again)" if diverged else ""
@@ -95,10 +92,8 @@ def run(
         if done == len(runs):
             print(f"{head}; nothing to run", file=sys.stderr)
             continue
-        pick = [j for j in jobs if seeds is None or int(j["seed"]) in seeds]
         if any(r.status in OUTCOMES and (r.path is None or r.status != "complete") for r in runs):  # only the others
-            todo = [j for j, r in zip(pick, runs) if r.status not in OUTCOMES]  # (a multirun would redo a diverged one)
-            launches = [["-m", *exp.job_args(j), *extra, f"hydra.sweep.dir={sweep}"] for j in todo]
+            launches = [run_args(exp, j, extra, sweep) for j in left]  # (a multirun would redo a diverged one)
         else:  # one multirun (its complete run dirs are skipped at once)
             args = [f"seed={','.join(map(str, seeds))}" if a.startswith("seed=") and seeds else a for a in exp.args()]
             launches = [["-m", *args, *extra, f"hydra.sweep.dir={sweep}"]]
@@ -146,6 +141,22 @@ def run(
     return worst
 
 
+def todo(
+    pc: PaperClaims, scale: str, exp, runs_root: Path, records: Path | None = None, seeds: list[int] | None = None
+) -> tuple[list, list[dict]]:
+    """An experiment's runs (of ``seeds``: all by default) as they stand under ``runs_root`` and in ``records``, and
+    the jobs among them still to make (no outcome yet: missing, failed, interrupted)."""
+    runs = RunSet(pc, scale, runs_root, records=records).runs(exp)
+    pairs = [(j, r) for j, r in zip(exp.jobs()[0], runs) if seeds is None or int(j["seed"]) in seeds]
+    return [r for _, r in pairs], [j for j, r in pairs if r.status not in OUTCOMES]
+
+
+def run_args(exp, job: dict, extra: list[str], sweep: Path) -> list[str]:
+    """``fedbench`` arguments that make one job of an experiment in the paper's sweep dir (its run dir is the one the
+    experiment's multirun gives it)."""
+    return ["-m", *exp.job_args(job), *extra, f"hydra.sweep.dir={sweep}"]
+
+
 def estimate_runs(args: list[str], extra: list[str]) -> dict:
     """:func:`fedbench.report.runtime.estimate_overrides` of one experiment's multirun arguments."""
     from hydra import compose, initialize_config_dir
@@ -165,4 +176,4 @@ def estimate_runs(args: list[str], extra: list[str]) -> dict:
         GlobalHydra.instance().clear()
 
 
-__all__ = ["launch", "run", "check_extra", "neutral_keys", "commit", "machine", "estimate_runs"]
+__all__ = ["launch", "run", "todo", "run_args", "check_extra", "neutral_keys", "commit", "machine", "estimate_runs"]
