@@ -137,6 +137,25 @@ def test_rmnist_chunks_on_fake_mnist(tmp_path):
     with pytest.raises(ConfigError) as e:
         load_dataset(make_cfg("rmnist", data_root=tmp_path, angles=[0, 90]), tmp_path)
     assert e.value.key == "dataset.angles"
+    # nearest (the default) only moves pixels, bilinear blends them at 45°; passed to torchvision as its enum (a GPU
+    # image's torchvision rejected the name), a value it does not have is one ConfigError naming the key
+    values = set(plain.x[rot == 2].unique().tolist()) | {0.0}
+    assert set(d.x[rot == 2].unique().tolist()) <= values
+    blend = load_dataset(
+        make_cfg(
+            "rmnist",
+            data_root=tmp_path,
+            num_rotations=4,
+            angles=[0, 90, 45, 180],
+            normalize=None,
+            interpolation="bilinear",
+        ),
+        tmp_path / "cache-b",
+    )
+    assert not set(blend.x[rot == 2].unique().tolist()) <= values and torch.equal(blend.x[rot == 1], d.x[rot == 1])
+    with pytest.raises(ConfigError) as e:
+        load_dataset(make_cfg("rmnist", data_root=tmp_path, interpolation="cubic"), tmp_path / "cache-c")
+    assert (e.value.key, e.value.value) == ("dataset.interpolation", "cubic")
 
 
 # ---------------------------------------------------------------- image folders

@@ -346,8 +346,12 @@ def load_rmnist(cfg) -> Dataset:
     angles = list(cfg.angles) if cfg.angles is not None else [20 * g for g in range(k)]
     if len(angles) != k:
         raise ConfigError("dataset.angles", angles, f"a list of num_rotations={k} angles or null")
+    from torchvision.transforms import InterpolationMode
     from torchvision.transforms.v2 import functional as F
 
+    modes = {m.value: m for m in InterpolationMode}  # the enum: the GPU image's torchvision rejects its name
+    if cfg.interpolation not in ("nearest", "bilinear"):
+        raise ConfigError("dataset.interpolation", cfg.interpolation, "nearest or bilinear")
     ds = load_mnist(cfg)
     rotation = torch.empty(len(ds.y), dtype=torch.int64)
     for split, (lo, hi) in {"train": (0, ds.n_train), "test": (ds.n_train, len(ds.y))}.items():
@@ -355,7 +359,7 @@ def load_rmnist(cfg) -> Dataset:
         for g, chunk in enumerate(np.array_split(perm, k)):
             chunk = torch.from_numpy(chunk)
             rotation[chunk] = g
-            ds.x[chunk] = F.rotate(ds.x[chunk], float(angles[g]), interpolation=cfg.interpolation)
+            ds.x[chunk] = F.rotate(ds.x[chunk], float(angles[g]), interpolation=modes[cfg.interpolation])
     ds.name, ds.attrs = "rmnist", {"rotation": rotation}
     return ds
 
