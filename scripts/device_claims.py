@@ -86,7 +86,7 @@ def main() -> int:
         metavar="PAPER[:EXP,...] | KEY=VALUE",
         help="what to run, in order; KEY=VALUE: results-neutral overrides for every run (fedbench-claims run's)",
     )
-    args = ap.parse_args()
+    args = ap.parse_intermixed_args()  # what to run and the overrides, before and after the options
     start = time.monotonic()
     overrides = [a for a in args.items if "=" in a]
     runs = (args.work or args.out / "work") / "claims"

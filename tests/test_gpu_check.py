@@ -182,7 +182,17 @@ def test_parallel_claim_runs_to_a_deadline_with_device_claims(image_env, kit, tm
     runs = RunSet(pc, "smoke", back / "claims").runs(pc.experiments["table1"]["smoke"])
     assert sorted((r.status, r.seed) for r in runs) == [("complete", 0)] * 2 + [("complete", 1)] * 2
 
-    record = [sys.executable, "-m", "fedbench.claims", "record", "fedka", "--scale", "smoke", "--runs", str(back / "claims")]
+    record = [
+        sys.executable,
+        "-m",
+        "fedbench.claims",
+        "record",
+        "fedka",
+        "--scale",
+        "smoke",
+        "--runs",
+        str(back / "claims"),
+    ]
     assert subprocess.run([*record + ["--out", str(tmp_path / "rec")]], capture_output=True).returncode == 0
     dc = _module("device_claims")
     recs = tmp_path / "rec" / "fedka" / "runs.jsonl"
@@ -233,7 +243,7 @@ def test_device_claims_plans_each_run_once_seed_by_seed_and_refuses_a_bad_item(t
     for bad, says in [
         (["fedka:table9"], "fedka:table9: 'table9' is not an experiment of fedka at smoke (tuned, alpha, table1)"),
         (["fedka:table1", "--seeds", "7"], "--seeds [7] — fedka smoke table1 runs seeds [0, 1]"),
-        (["fedka:table1", "lr=0.5"], "override 'lr=0.5' would change the runs"),
+        (["fedka:table1", "--budget", "5", "lr=0.5"], "override 'lr=0.5' would change the runs"),  # after an option
     ]:
         p = subprocess.run([*script, *bad], capture_output=True, text=True, timeout=120)
         assert p.returncode == 2 and p.stderr.startswith("device_claims: ") and says in p.stderr, p.stderr
