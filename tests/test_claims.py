@@ -268,8 +268,9 @@ def test_extra_overrides_must_not_change_results():
 # ---- a claim judged from hand-written run dirs -----------------------------------------------------------------------
 
 
-def _write_run(sweep: Path, job: dict, num: int, value: float | None, status="complete", name=""):
-    """A run dir as fedbench writes it, for one job of the experiment (``value`` NaN: a non-finite metric)."""
+def _write_run(sweep: Path, job: dict, num: int, value: float | None, status="complete", name="", series=None):
+    """A run dir as fedbench writes it, for one job of the experiment (``value`` NaN: a non-finite metric; ``series``:
+    pers/acc of rounds 1, 2, ... instead of ``value`` at round 1, its best the summary's)."""
     algo, seed = job["algorithm"], int(job["seed"])
     d = sweep / f"{algo}{name}_seed{seed}"
     (d / ".hydra").mkdir(parents=True)
@@ -286,9 +287,11 @@ def _write_run(sweep: Path, job: dict, num: int, value: float | None, status="co
             }
         )
     )
-    (d / "metrics.jsonl").write_text(
-        json.dumps({"round": 1, "pers/acc": value, "time/round": 2.0, "time/eval": 0.5}) + "\n"
-    )
+    rows = [
+        {"round": r, "pers/acc": v, "time/round": 2.0, "time/eval": 0.5} for r, v in enumerate(series or [value], 1)
+    ]
+    value = max(series) if series else value
+    (d / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     (d / "status.json").write_text(json.dumps({"status": status}))
     if status == "complete":
         (d / "summary.json").write_text(json.dumps({"metrics": {"pers/acc": {"best": value}}}))
@@ -822,3 +825,35 @@ def test_the_bf16_scale_runs_the_cpu_runs_in_autocast_and_the_page_compares_the_
     loss = [[json.loads(ln) for ln in (p.parent / "metrics.jsonl").read_text().splitlines()] for p in fp32 + bf16]
     last = [[r.get("train/loss") for r in rows if "train/loss" in r][-1] for rows in loss]
     assert last[:6] != last[6:]  # autocast changed the arithmetic (else the scale would not test bf16 at all)
+
+
+def test_a_failing_claim_shows_its_gap_round_by_round(tmp_path):
+    """Issue #31 item 5: where a claim fails, the page draws each failing test's paired gap round by round. FedAvg
+    logs 40, 45, 50 % on every seed, Local 30, 50, 60 + s %: FedAvg − Local per seed s is +10, −5, −(10 + s) points at
+    rounds 1, 2, 3 (its best-round test fails on every seed). A claim that holds draws no gap."""
+    from fedbench.claims.render import _details, gaps, plot_gaps
+
+    pc = load_file(_claims_file(tmp_path, [CLAIM]))
+    exp = pc.experiments["grid"]["smoke"]
+    sweep = tmp_path / "runs" / "smoke" / "toy"
+    for i, job in enumerate(exp.jobs()[0]):
+        s = int(job["seed"])
+        series = [0.40, 0.45, 0.50] if job["algorithm"] == "fedavg" else [0.30, 0.50, 0.60 + 0.01 * s]
+        _write_run(sweep, job, i, None, series=series)
+    res = evaluate_claim(pc, pc.claims[0], RunSet(pc, "smoke", tmp_path / "runs"))
+    assert res.outcome.verdict == "fails"
+    found = gaps(res)
+    assert list(found) == ["FedAvg − Local"], found  # the display names
+    [per] = found.values()
+    for s in (0, 1, 2):
+        assert [r for r, _ in per[s]] == [1, 2, 3]
+        assert [g for _, g in per[s]] == pytest.approx([10.0, -5.0, -(10.0 + s)])
+    png = plot_gaps(res, tmp_path / "pics" / "c_smoke_gap.png")
+    assert png is not None and png.stat().st_size > 0
+    assert "![c (smoke): the gap round by round](pics/c_smoke_gap.png)" in _details(res, None, png)
+
+    held = load_file(_claims_file(tmp_path, [{**CLAIM, "holds_if": "local > fedavg"}], name="held"))
+    shutil.copytree(sweep, tmp_path / "runs" / "smoke" / "held")  # the same runs, the claim the other way round
+    res = evaluate_claim(held, held.claims[0], RunSet(held, "smoke", tmp_path / "runs"))
+    assert res.outcome.verdict == "holds" and res.series and gaps(res) == {}
+    assert plot_gaps(res, tmp_path / "none.png") is None

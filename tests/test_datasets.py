@@ -6,6 +6,7 @@ import os
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
@@ -72,6 +73,35 @@ def test_digits_shape_labels_and_fixed_split(tmp_path):
     frac = torch.bincount(a.y[a.n_train :], minlength=10) / torch.bincount(a.y, minlength=10)
     assert torch.allclose(frac, torch.full((10,), 0.2), atol=0.01)
     assert not any(tmp_path.iterdir())  # no cache for embedded data
+
+
+def test_digits_and_its_split_are_scikit_learns_bit_for_bit(tmp_path):
+    """The digits loader reads scikit-learn's file without importing it, and its stratified split is scikit-learn's
+    train_test_split(stratify=...) step for step: the same images, labels and indices for several seeds and
+    fractions, on the digits labels and on uneven classes whose proportional shares tie (the random tie-breaks)."""
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    from fedbench.data.datasets import stratified_split
+
+    d = load_digits()
+    for seed, frac in [(0, 0.2), (7, 0.2), (3, 0.33), (11, 0.05)]:
+        ours = load_dataset(make_cfg("digits", split_seed=seed, test_fraction=frac), tmp_path)
+        tr, te = train_test_split(np.arange(1797), test_size=frac, stratify=d.target, random_state=seed)
+        x = torch.from_numpy(d.images / 16.0).float().unsqueeze(1)
+        assert torch.equal(ours.x, torch.cat([x[tr], x[te]])) and torch.equal(
+            ours.y[: ours.n_train], torch.from_numpy(d.target[tr])
+        )
+    y = np.repeat(np.arange(7), [2, 3, 3, 5, 5, 9, 13])  # remainders tie between classes
+    for seed, frac in [(0, 0.3), (1, 0.5), (5, 0.45)]:
+        for a, b in zip(
+            stratified_split(y, frac, seed),
+            train_test_split(np.arange(len(y)), test_size=frac, stratify=y, random_state=seed),
+        ):
+            assert np.array_equal(a, b), (seed, frac)
+    with pytest.raises(ConfigError) as e:
+        load_dataset(make_cfg("digits", test_fraction=1.0), tmp_path)
+    assert e.value.key == "dataset.test_fraction"
 
 
 def test_synthetic_is_deterministic_and_learnable(tmp_path):

@@ -72,8 +72,9 @@ def test_validate_runs_once_and_callbacks_are_called_in_the_documented_order(tmp
 
 def test_a_run_on_embedded_data_without_pictures_imports_no_torchvision_matplotlib_or_inductor(tmp_path):
     """What a process imports is paid by every run and every job of a sweep: torchvision (~1.5 s: its models import
-    torch._dynamo), torch._inductor (~2 s, by torch.use_deterministic_algorithms) and pyplot (~0.6 s) are imported
-    only where a run needs them (torchvision's datasets, hardware.deterministic=true, pictures)."""
+    torch._dynamo), torch._inductor (~2 s, by torch.use_deterministic_algorithms), pyplot (~0.6 s) and scikit-learn
+    (~2 s; the digits are read from its file) are imported only where a run needs them (torchvision's datasets,
+    hardware.deterministic=true, pictures; nothing of ours imports scikit-learn)."""
     script = (
         "import sys\n"
         "from fedbench.cli import main\n"
@@ -81,7 +82,8 @@ def test_a_run_on_embedded_data_without_pictures_imports_no_torchvision_matplotl
         " 'clients=3', 'algorithm=fedpac', 'hydra.run.dir=run']\n"
         "main()\n"
         "print(sorted({m.split('.')[0] if not m.startswith('torch._') else '.'.join(m.split('.')[:2])"
-        " for m in sys.modules if m.startswith(('torchvision', 'matplotlib', 'torch._inductor', 'torch._dynamo'))}))\n"
+        " for m in sys.modules"
+        " if m.startswith(('torchvision', 'matplotlib', 'torch._inductor', 'torch._dynamo', 'sklearn'))}))\n"
     )
     p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]

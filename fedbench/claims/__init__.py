@@ -58,7 +58,7 @@ def report(
 ) -> list[ClaimResult]:
     """One paper's page from its runs (those under ``runs_root``, and those of the ``records`` file that no run dir
     holds): printed, written to ``out`` (Markdown, CSV, pictures), logged to W&B."""
-    from .render import log_wandb, picture_name, plot, print_rich, to_csv, to_markdown
+    from .render import gap_picture_name, log_wandb, picture_name, plot, plot_gaps, print_rich, to_csv, to_markdown
 
     pc = load(paper) if isinstance(paper, str) else paper
     paper = pc.paper
@@ -87,6 +87,9 @@ def report(
         png = plot(res, out / pc.paper / picture_name(res))
         if png is not None:
             pictures[(res.claim.id, res.scale)] = png
+        gap = plot_gaps(res, out / pc.paper / gap_picture_name(res))  # where it fails: the gap round by round
+        if gap is not None:
+            pictures[(res.claim.id, res.scale, "gap")] = gap
     for old in sorted((out / paper).glob("*.png")) if plots else []:  # a picture of an earlier page, not this one's
         if old not in pictures.values():
             old.unlink()

@@ -132,6 +132,58 @@ def plot(res: ClaimResult, path: Path) -> Path | None:
     return _save(fig, path) if fig is not None else None
 
 
+def gap_picture_name(res: ClaimResult) -> str:
+    return f"{res.claim.id}_{res.scale}_gap.png"
+
+
+def gaps(res: ClaimResult) -> dict:
+    """A failing claim's diagnosis (issue #31 item 5): each of its failing tests ``a − b`` as the paired gap round by
+    round — {test: {seed: [(round, a − b)]}} over the rounds both runs logged the claim's metric's series (``pers/acc``
+    for ``pers/acc.best``). Empty when the claim does not fail or its metric has no per-round series."""
+    out = {}
+    for t in res.outcome.tests if res.outcome.verdict == FAILS else []:
+        names = t.label.split(" − ")
+        if t.verdict != FAILS or len(names) != 2:
+            continue
+        col = next((c for c in res.cols if (None if c is None else str(c)) == t.at), None)
+        a, b = (res.series.get(n, {}).get(col, {}) for n in names)
+        per = {}
+        for seed in sorted(set(a) & set(b)):
+            other = dict(b[seed])
+            if pts := [(r, x - other[r]) for r, x in a[seed] if r in other]:
+                per[seed] = pts
+        if per:
+            out[" − ".join(res.label(n) for n in names) + (f" at {_key(res)} = {t.at}" if t.at else "")] = per
+    return out
+
+
+def plot_gaps(res: ClaimResult, path: Path) -> Path | None:
+    """:func:`gaps` drawn (None when there are none): every seed a thin line, their mean over the rounds all seeds
+    logged a thick one, 0 dashed — whether the gap opened early or late, held, or closed."""
+    from ..report.figures import _plt, _save, legend
+    from .results import series_name
+
+    found = gaps(res)
+    if not found:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    for i, (label, per) in enumerate(found.items()):
+        for pts in per.values():
+            ax.plot([r for r, _ in pts], [g for _, g in pts], color=f"C{i}", alpha=0.35, linewidth=0.8)
+        rounds = sorted(set.intersection(*({r for r, _ in pts} for pts in per.values())))
+        mean = [float(np.mean([dict(pts)[r] for pts in per.values()])) for r in rounds]
+        ax.plot(rounds, mean, color=f"C{i}", linewidth=2, label=f"{label} (mean of {len(per)} seeds; thin: each)")
+    ax.axhline(0.0, color="0.3", linestyle="--", linewidth=0.8)
+    ax.set_xlabel("round")
+    name = series_name(res.claim.metric)
+    ax.set_ylabel(f"gap in {path_words(name)}" + (f" ({res.unit} points)" if res.unit else ""))
+    ax.set_title(fill(f"{res.claim.id} ({res.scale}): fails — the gap round by round", 90), fontsize=9)
+    legend(ax)
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
 def figure(res: ClaimResult):
     """Bars (mean ± std over seeds, each seed a dot) with the paper's numbers as black diamonds; for a trend or a
     range, our mean ± std over the swept value as a line and the paper's numbers as unconnected diamonds. Axes in
@@ -470,7 +522,7 @@ def to_markdown(
         md += _provenance(pc, scale, runs_root, commands.get(scale, {}), records)
     md += ["## Details", ""]
     for res in results:
-        md += _details(res, pictures.get((res.claim.id, res.scale)))
+        md += _details(res, pictures.get((res.claim.id, res.scale)), pictures.get((res.claim.id, res.scale, "gap")))
     return "\n".join(md).rstrip() + "\n"
 
 
@@ -643,7 +695,7 @@ def _provenance_lines(
     return md + [""]
 
 
-def _details(res: ClaimResult, picture: Path | None) -> list[str]:
+def _details(res: ClaimResult, picture: Path | None, gap: Path | None = None) -> list[str]:
     c = res.claim
     md = [
         f"### {c.id} ({res.scale}): {res.outcome.verdict}",
@@ -696,6 +748,8 @@ def _details(res: ClaimResult, picture: Path | None) -> list[str]:
         md += ["", *test_table(res)]
     if picture is not None:
         md += ["", f"![{c.id} ({res.scale})]({picture.parent.name}/{picture.name})"]
+    if gap is not None:
+        md += ["", f"![{c.id} ({res.scale}): the gap round by round]({gap.parent.name}/{gap.name})"]
     return md + [""]
 
 

@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 
 from ..report.grid import GridChoice
 from ..report.runs import RunRecord, _number, canon, collect, missing_run
-from ..report.tables import Report, Table
+from ..report.tables import DERIVED, Report, Table
 from .predicates import NEEDS_DATA, NOT_COMPARABLE, NOT_RUN, Outcome, evaluate
 from .spec import Claim, Experiment, PaperClaims
 
@@ -177,6 +177,7 @@ class ClaimResult:
     )  # {(row, col): GridChoice}: a tuned row's grid value, chosen on tune seeds
     pilot: Outcome | None = None  # not run yet: the rule on the seeds that have every run (>= 2), for its sds
     diagnostics: dict = field(default_factory=dict)  # {metric path: {row: [value per complete run]}} (claim.diagnose)
+    series: dict = field(default_factory=dict)  # {row: {col: {seed: [(round, value)]}}}: the metric's per-round series
 
     @property
     def rows(self) -> list[str]:
@@ -215,6 +216,16 @@ def _table_labels(experiment: str) -> tuple:
     except (OSError, yaml.YAMLError):
         return ()
     return tuple((canon(k), str(v)) for k, v in ((node.get("table") or {}).get("labels") or {}).items())
+
+
+def series_name(path: str) -> str | None:
+    """The per-round metric behind a claim's metric path (``pers/acc.best`` -> ``pers/acc``, ``forgetting/missing@mean``
+    -> ``forgetting/missing``), or None (a summary value: ``ccp_rounds``, a derived one: ``speedup``)."""
+    if path in DERIVED or "@reach:" in path:
+        return None
+    if "@" in path:
+        return path.rsplit("@", 1)[0]
+    return path.rsplit(".", 1)[0] if "." in path else None
 
 
 def evaluate_claim(pc: PaperClaims, claim: Claim, runset: RunSet) -> ClaimResult:
@@ -276,6 +287,9 @@ def evaluate_claim(pc: PaperClaims, claim: Claim, runset: RunSet) -> ClaimResult
         v = run_value(rep, r, columns.get(col) or rep.columns[0])
         if isinstance(v, float):
             res.data.setdefault(row, {}).setdefault(col, {})[r.seed] = scale_by * v
+            if (name := series_name(claim.metric)) and r.status == "complete":
+                pts = [(rnd, scale_by * x) for rnd, x in r.series(name)]
+                res.series.setdefault(row, {}).setdefault(col, {})[r.seed] = pts
         else:
             res.status[v] += 1
         if r.status == "diverged" or (isinstance(v, float) and not math.isfinite(v)):

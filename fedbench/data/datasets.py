@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import sys
 import tempfile
@@ -221,17 +222,58 @@ def _save_atomic(obj, path: Path) -> None:
 
 
 def load_digits(cfg) -> Dataset:
-    """scikit-learn's bundled 8×8 digits (no download); fixed stratified split."""
-    from sklearn.datasets import load_digits as sk_digits
-    from sklearn.model_selection import train_test_split
+    """scikit-learn's bundled 8×8 digits (no download: the file its ``load_digits`` reads, found without importing
+    scikit-learn, whose import costs a process ~2 s); a fixed stratified split, :func:`stratified_split`."""
+    import importlib.util
 
-    d = sk_digits()
-    x = torch.from_numpy(d.images / 16.0).float().unsqueeze(1)  # pixel values 0..16
-    idx_tr, idx_te = train_test_split(
-        np.arange(len(d.target)), test_size=cfg.test_fraction, stratify=d.target, random_state=cfg.split_seed
-    )
-    y = torch.from_numpy(d.target)
-    return _raw("digits", x[idx_tr], y[idx_tr], x[idx_te], y[idx_te], d.target_names)
+    spec = importlib.util.find_spec("sklearn")  # a top-level package's spec: found, not imported
+    data = np.loadtxt(Path(spec.submodule_search_locations[0]) / "datasets" / "data" / "digits.csv.gz", delimiter=",")
+    images, target = data[:, :-1].reshape(-1, 8, 8), data[:, -1].astype(int)
+    x = torch.from_numpy(images / 16.0).float().unsqueeze(1)  # pixel values 0..16
+    frac = float(cfg.test_fraction)
+    if not 0.0 < frac < 1.0:
+        raise ConfigError("dataset.test_fraction", cfg.test_fraction, "a fraction strictly between 0 and 1")
+    idx_tr, idx_te = stratified_split(target, frac, int(cfg.split_seed))
+    y = torch.from_numpy(target)
+    return _raw("digits", x[idx_tr], y[idx_tr], x[idx_te], y[idx_te], np.arange(10))
+
+
+def stratified_split(y: np.ndarray, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Train and test indices of ``y`` split class by class: scikit-learn's ``train_test_split(arange(n),
+    test_size=test_fraction, stratify=y, random_state=seed)`` (StratifiedShuffleSplit, 1.x) step for step, so the
+    same seed gives the same split bit for bit (tests/test_datasets.py compares the two) — and keeps giving it if
+    scikit-learn changes its algorithm. n_test = ⌈f·n⌉; each class's share of n_train and then of n_test is the
+    floor of its proportional share, the remaining draws going to the largest remainders (ties drawn at random)."""
+    rng = np.random.RandomState(seed)
+    n = len(y)
+    n_test = math.ceil(test_fraction * n)
+    n_train = n - n_test
+    _, y_idx, counts = np.unique(y, return_inverse=True, return_counts=True)
+    by_class = np.split(np.argsort(y_idx, kind="stable"), np.cumsum(counts)[:-1])
+
+    def share(counts: np.ndarray, draws: int) -> np.ndarray:  # sklearn.utils.extmath._approximate_mode
+        continuous = counts / counts.sum() * draws
+        floored = np.floor(continuous)
+        need = int(draws - floored.sum())
+        if need > 0:
+            remainder = continuous - floored
+            for value in np.sort(np.unique(remainder))[::-1]:
+                (inds,) = np.where(remainder == value)
+                add = min(len(inds), need)
+                floored[rng.choice(inds, size=add, replace=False)] += 1
+                need -= add
+                if need == 0:
+                    break
+        return floored.astype(int)
+
+    n_i = share(counts, n_train)
+    t_i = share(counts - n_i, n_test)
+    train, test = [], []
+    for i in range(len(counts)):
+        members = by_class[i].take(rng.permutation(counts[i]), mode="clip")
+        train.extend(members[: n_i[i]])
+        test.extend(members[n_i[i] : n_i[i] + t_i[i]])
+    return rng.permutation(train), rng.permutation(test)
 
 
 def load_synthetic(cfg) -> Dataset:
