@@ -124,7 +124,8 @@ def main() -> int:
             stderr=subprocess.DEVNULL,
         )
     say(
-        f"device_claims: {args.scale}, {len(jobs)} runs to make ({', '.join(args.items)}), {args.parallel} at a "
+        f"device_claims: {args.scale}, {len(jobs)} runs to make ({', '.join(a for a in args.items if '=' not in a)}), "
+        f"{args.parallel} at a "
         f"time, {args.threads} thread(s) each, budget {args.budget:.0f} s"
     )
 

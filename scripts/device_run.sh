@@ -25,6 +25,8 @@ export PYTHONUNBUFFERED=1 WANDB_MODE=disabled WANDB_SILENT=true PYTHONDONTWRITEB
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 {
     echo "device_run.sh: $("$PY" -c 'import sys; print(sys.executable, sys.version.split()[0])'), $(date -u +%FT%TZ): $*"
+    # the versions that decide what runs (2026-11-28: the image's torchvision refused an interpolation by name)
+    "$PY" -c 'import numpy, torch, torchvision; print(f"device_run.sh: torch {torch.__version__}, torchvision {torchvision.__version__}, numpy {numpy.__version__}, cuda {torch.cuda.is_available()}")' 
     . scripts/device_env.sh || exit 3
     "$@"
 } 2>&1 | tee -a "$OUT/console.txt"

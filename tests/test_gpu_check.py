@@ -5,6 +5,7 @@ from wheels, in --cpu-smoke mode. `make gpu-rehearsal` does the same with the wh
 import importlib.util
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -129,7 +130,10 @@ def test_a_claim_run_that_would_not_finish_is_not_started(tmp_path, capsys):
     est = {("fedka", "table1", a): {"paper_run_s": 30.0} for a in ("fedavg", "fedka_0.01")}  # 2 x (39 + 15) = 108 s
     gc.claims(rep, torch.device("cpu"), size, None, est, tmp_path / "work")
     out = capsys.readouterr().out
-    assert "fedka table1 seed 0 (fedavg vs fedka_0.01): est. 1.8 min, 1.3 min left: not started" in out
+    said = re.search(
+        r"fedka table1 seed 0 \(fedavg vs fedka_0.01\): est\. 1\.8 min, (\d+\.\d) min left: not started", out
+    )
+    assert said and float(said[1]) <= 1.3, out  # 80 s less the time this took (a loaded machine: a little less)
     assert not (tmp_path / "out" / "claims.tar.gz").exists() and not (tmp_path / "work").exists()
 
 
@@ -148,6 +152,9 @@ def test_any_command_on_the_image_with_device_run(image_env, kit, tmp_path):
     console = (out / "console.txt").read_text()
     assert p.returncode == 0, console[-3000:]
     assert "the travel kit from" in console and "table1: 4/4 complete" in console
+    import torchvision
+
+    assert f"device_run.sh: torch {torch.__version__}, torchvision {torchvision.__version__}, numpy" in console
     statuses = [json.loads(f.read_text()) for f in (runs / "smoke" / "fedrema").glob("*/status.json")]
     assert len(statuses) == 4 and {(s["status"], s["commit"]) for s in statuses} == {("complete", "abc1234-test")}
     assert all("\nseed: 1\n" in f.read_text() for f in (runs / "smoke" / "fedrema").glob("*/config.yaml"))
