@@ -211,12 +211,20 @@ def test_parallel_claim_runs_to_a_deadline_with_device_claims(image_env, kit, tm
     assert [j[2] for j in jobs] == ["experiment/fedka/arm@_global_=fedka_0.01 seed=1"], jobs
 
     late = tmp_path / "late"
-    proc = subprocess.Popen(device_claims(late, "600"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    # in a session of its own at autogroup nice 7 (as runs beside other work are started): its jobs keep that nice
+    lowered = ["setsid", "bash", "-c", 'echo 7 > /proc/self/autogroup 2>/dev/null; exec "$@"', "-"]
+    proc = subprocess.Popen(
+        lowered + device_claims(late, "600"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
+    )
     work = late / "work" / "claims" / "smoke" / "fedka"
     for _ in range(1200):  # until a run is under way
         if any('"running"' in f.read_text() for f in work.glob("*/status.json")):
             break
         time.sleep(0.1)
+    jobs = subprocess.run(["pgrep", "-f", r"python\S* -m fedbench\.cli .*" + str(late)], capture_output=True, text=True)
+    groups = [Path(f"/proc/{pid}/autogroup").read_text() for pid in jobs.stdout.split()]
+    if "nice 7" in Path(f"/proc/{proc.pid}/autogroup").read_text():  # autogroup scheduling is on here
+        assert groups and all(g.strip().endswith("nice 7") for g in groups), (jobs.stdout, groups)
     script = subprocess.run(
         ["pgrep", "-f", r"^\S*python\S* scripts/device_claims.py .*" + str(late)], capture_output=True, text=True
     )
