@@ -50,6 +50,7 @@ NOT_RUN, NOT_COMPARABLE, NEEDS_DATA = "not run", "not comparable (scale)", "need
 VERDICTS = (HOLDS, FAILS, NO_DIFFERENCE, INCONCLUSIVE, NOT_RUN, NOT_COMPARABLE, NEEDS_DATA)
 ALPHA = 0.05  # one-sided, per test: P(false holds) <= ALPHA per claim, P(false fails) <= ALPHA per claim (Holm)
 POWER = 0.8  # the power at which a test's minimum detectable effect is given
+LOOKS = (3, 5)  # seeds at the first and the final look of the group-sequential rule (a scale's seeds in their order)
 
 _NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 _NAME = r"[A-Za-z0-9_.:+]+"
@@ -303,6 +304,7 @@ class Outcome:
     verdict: str
     reason: str
     tests: list = field(default_factory=list)
+    look: int | None = None  # 1 or 2: the look (LOOKS) at which the verdict was reached; None when no verdict
 
 
 def _x(col) -> float:
@@ -481,6 +483,7 @@ __all__ = [
     "FAILS",
     "NO_DIFFERENCE",
     "INCONCLUSIVE",
+    "LOOKS",
     "NEEDS_DATA",
     "NOT_RUN",
     "NOT_COMPARABLE",
