@@ -9,17 +9,24 @@ an H100), so every run still to make — not complete or diverged under ``--work
 given (``PAPER:EXP,EXP``; a bare ``PAPER``: every experiment its claims need at the scale), a run that two
 experiments share made once. A job is one run, so a deadline loses at most the runs under way, never a finished
 one waiting behind them. At ``--budget`` seconds, or at a SIGTERM to this script, every job still running gets
-SIGTERM (the run checkpoints, its status says ``preempted``; not resumed here: the next device call with the same
-``--work``, or a CPU, makes it again; a job still there 30 s later is killed), and what finished is packed (also
-after each finished job, so that a call cut short still brings back what was done):
+SIGTERM (the run checkpoints, its status says ``preempted``; a job still there 30 s later is killed), and what was
+done is packed (also after each finished job, so that a call cut short still brings back what was done;
+scripts/device_pack.py):
 
-    claims.tar.gz  the runs without checkpoints: ``tar xzf claims.tar.gz -C outputs`` then
-                   ``fedbench-claims record PAPER --scale S --runs outputs/claims`` here
-    report.txt     one line per job: paper, experiment, run, exit, seconds; the runs complete per experiment
+    claims.tar.gz        the runs without checkpoints: here ``python scripts/device_pack.py unpack FROM`` puts them
+                         into outputs/claims, then ``fedbench-claims record PAPER --scale S --runs outputs/claims``
+    checkpoints.tar.NNN  every unfinished run this call made or resumed, with its newest checkpoint, in the files and
+                         bytes the others leave of what a device call returns (8 files of 16 MiB, 64 MiB together,
+                         counted over ``$FEDBENCH_DEVICE_OUT``, which scripts/device_run.sh sets to its ``--out``); the
+                         same unpack keeps them in .device-runs/, and the next call, carrying ``.device-runs``, resumes
+                         them with ``--carried .device-runs``
+    report.txt     one line per job: paper, experiment, run, exit, seconds; the runs complete per experiment; the
+                   checkpoints packed, and each one left out with its size and why
     console.txt    every process's output, each line prefixed with its job
     smi.csv        nvidia-smi's utilisation and memory every 5 s (when there is an nvidia-smi)
 
-Rehearsed on the CPU at smoke scale by tests/test_gpu_check.py.
+Rehearsed on the CPU at smoke scale by tests/test_gpu_check.py; the window after window by
+tests/test_device_travel.py.
 """
 
 import argparse
@@ -33,7 +40,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_check import pack  # noqa: E402
+from device_pack import carry_in, pack_checkpoints, pack_finished, statuses, unfinished  # noqa: E402
 
 from fedbench.claims import committed_records  # noqa: E402
 from fedbench.claims.results import RunSet, sweep_dir  # noqa: E402
@@ -79,6 +86,9 @@ def main() -> int:
     ap.add_argument(
         "--work", type=Path, default=None, help="where the runs go (default OUT/work; outside $OUT on a GPU)"
     )
+    ap.add_argument(
+        "--carried", type=Path, default=None, help="run archives an earlier call brought back (.device-runs): resumed"
+    )
     ap.add_argument("--dry-run", action="store_true", help="print the runs to make, in order, and stop")
     ap.add_argument(
         "items",
@@ -115,6 +125,21 @@ def main() -> int:
                 f.flush()
             if file is report:  # the jobs' own lines only in console.txt
                 print(line, flush=True)
+
+    work = runs.parent
+    for line in carry_in(args.carried, work) if args.carried and args.carried.is_dir() else []:
+        say(f"device_claims: {line}")
+    before = statuses(runs)  # the runs this call makes or resumes are those whose status.json changes
+    root = Path(os.environ.get("FEDBENCH_DEVICE_OUT") or args.out).resolve()
+    root = root if args.out.resolve().is_relative_to(root) else args.out.resolve()
+
+    def pack(final: bool = False) -> None:
+        if not runs.exists():
+            return
+        pack_finished(runs, args.out / "claims.tar.gz")
+        lines = pack_checkpoints(unfinished(runs, before), work, args.out, root)
+        for line in lines if final else []:
+            say(f"device_claims: {line}")
 
     smi = None
     if shutil.which("nvidia-smi"):
@@ -170,13 +195,11 @@ def main() -> int:
                 reader.join(timeout=5)
                 del running[job]
                 say(f"job {' '.join(job[:3])}: exit {code} after {time.monotonic() - t0:.0f} s")
-                if runs.exists():
-                    pack(runs, args.out / "claims.tar.gz")
+                pack()
         time.sleep(0.5)
     if smi:
         smi.terminate()
-    if runs.exists():
-        pack(runs, args.out / "claims.tar.gz")
+    pack(final=True)
     for pc, exp in asked:
         here = RunSet(pc, args.scale, runs).runs(exp)
         n, m = sum(r.status == "complete" for r in here), len(here)

@@ -10,7 +10,8 @@ ignored paths), and only files under ``$OUT`` come back.
     python scripts/device_kit.py pins peers           # + pfl-research's, for scripts/peers/ on the GPU (--peers)
     python scripts/device_kit.py data DIR             # pack ../shared/data (CIFAR-10 JPEGs, MNIST .gz) into DIR
     python scripts/device_kit.py rehearsal-env DIR    # a venv holding only the image's packages (from this venv)
-    python scripts/device_kit.py size PATH...         # MiB that would travel (the working tree + these paths)
+    python scripts/device_kit.py size PATH...         # MiB that would travel (the working tree + these paths, e.g.
+                                                      # .whl .device-data .device-runs: scripts/device_pack.py)
 
 ``scripts/device_prep.sh`` runs the first two; ``make gpu-rehearsal`` the third, then the GPU command in
 ``--cpu-smoke`` mode inside that venv.
@@ -167,8 +168,9 @@ def main() -> None:
     elif cmd == "rehearsal-env":
         rehearsal_env(Path(args[0]))
     elif cmd == "size":
-        mib = travel_mib(args)
-        print(f"{mib:.1f} MiB would travel (limit {LIMIT_MIB} MiB)")
+        mib, tree = travel_mib(args), travel_mib([])
+        parts = "".join(f", {p} {travel_mib([p]) - tree:.1f}" for p in args)
+        print(f"{mib:.1f} MiB would travel (limit {LIMIT_MIB} MiB): the working tree {tree:.1f}{parts}")
         if mib > LIMIT_MIB - 2:
             raise SystemExit(f"device_kit: {mib:.1f} MiB is over the {LIMIT_MIB} MiB the device tool carries")
     else:

@@ -5,7 +5,9 @@
 #                  --peers adds pfl-research and the pure-Python packages it imports that the image lacks
 #                  (scripts/device_kit.py PEERS, 0.8 MiB), for scripts/peers/pfl_cifar10.py --device cuda
 #   .device-data/  ../shared/data packed small: cifar10.tar.gz (the JPEG tree) and MNIST/raw/*.gz (skip: --no-data)
-# Both are git-ignored; the device call carries them (carry: [".whl", ".device-data"]). Skips what is already there.
+# Both are git-ignored; the device call carries them (carry: [".whl", ".device-data"], and ".device-runs": the runs
+# earlier calls brought back unfinished, scripts/device_pack.py; the size check below counts all three). Skips what is
+# already there.
 #   bash scripts/device_prep.sh [--no-data] [--peers]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,4 +37,4 @@ if [ -z "$NO_DATA" ]; then
     "$PY" scripts/device_kit.py data .device-data
 fi
 du -sh .whl .device-data 2>/dev/null || true
-"$PY" scripts/device_kit.py size .whl $( [ -d .device-data ] && echo .device-data )
+"$PY" scripts/device_kit.py size .whl $( [ -d .device-data ] && echo .device-data ) $( [ -d .device-runs ] && echo .device-runs )

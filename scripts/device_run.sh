@@ -21,6 +21,8 @@ case "$1" in
     python | python3) set -- "$PY" "${@:2}" ;;
 esac
 mkdir -p "$OUT"
+# what comes back is every file under $OUT (8 files, 64 MiB): device_claims.py fits its checkpoints into what is left
+export FEDBENCH_DEVICE_OUT="$(cd "$OUT" && pwd)"
 export PYTHONUNBUFFERED=1 WANDB_MODE=disabled WANDB_SILENT=true PYTHONDONTWRITEBYTECODE=1
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 {
