@@ -272,7 +272,7 @@ def check_claims(args: list[str]) -> int:
     from fedbench.claims import SCALES, main, papers
 
     command, *rest = args
-    assert command in ("run", "report", "record", "check", "summary"), command
+    assert command in ("run", "report", "record", "check", "summary", "plan"), command
     if command == "summary":  # reads the committed pages only: run it
         return main(["summary", *rest])
     named = [a for a in rest if not a.startswith("-") and "=" not in a]

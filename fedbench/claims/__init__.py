@@ -6,6 +6,7 @@ judged seed-paired (docs/claims.md).
                            [--pictures pdf,svg]
     fedbench-claims check [<paper|all>]
     fedbench-claims record <paper|all> [--scale cpu|paper|smoke] [--runs DIR] [--out DIR]
+    fedbench-claims plan [<paper> ...] [--scale paper] [--markdown] [--each-run] [--measure [--data-root DIR]]
 
 ``run`` launches, per scale and paper, the multiruns the claims need (one ``fedbench -m`` per experiment, all in
 ``<runs>/<scale>/<paper>``); finished runs are reused and interrupted ones resumed. ``report`` prints, and writes to
@@ -187,6 +188,28 @@ def committed_records(paper: str) -> Path:
     return records_path(default_out(), paper)
 
 
+def plan_command(args) -> int:
+    """``fedbench-claims plan``: every name and the scale checked (one line, exit 2) before any work."""
+    from .plan import markdown, measure, plan_paper, print_plan
+
+    if args.scale not in SCALES:
+        raise ClaimsError(f"--scale {args.scale!r} — one of {', '.join(SCALES)}")
+    names = [n for name in args.papers or ["all"] for n in _papers(name)]
+    if args.markdown and args.papers:
+        raise ClaimsError("--markdown is README's block of every paper: give no paper")
+    for name in names:
+        if args.scale not in load(name).scales:
+            raise ClaimsError(f"--scale {args.scale!r} — {name} has the scales {', '.join(load(name).scales)}")
+    if args.measure:
+        measure(names, args.scale, args.data_root, log=lambda m: print(f"fedbench-claims: {m}", file=sys.stderr))
+    plans = {name: plan_paper(load(name), args.scale, committed_records(name)) for name in names}
+    if args.markdown:
+        print(markdown(plans, args.scale), end="")
+    else:
+        print_plan(plans, args.scale, runs=args.each_run)
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(
         prog="fedbench-claims",
@@ -237,6 +260,19 @@ def main(argv=None) -> int:
     rec.add_argument("--runs", type=Path, default=RUNS, help=f"where the runs are (default {RUNS})")
     rec.add_argument("--out", type=Path, help="where the records go (default: the repository's docs/results)")
     sub.add_parser("summary", help="the README's table of verdicts, from the pages' CSVs")
+    pl = sub.add_parser(
+        "plan", help="the runs still to make at a scale, their GPU cost (measured) and the order (docs/paper_scale.md)"
+    )
+    pl.add_argument("papers", nargs="*", metavar="paper", help=f"default: all of {', '.join(papers())}")
+    pl.add_argument("--scale", default="paper", help=f"one of {', '.join(SCALES)} (default paper)")
+    pl.add_argument("--markdown", action="store_true", help="README's block (all papers) instead of the tables")
+    pl.add_argument("--each-run", action="store_true", help="also list every run, seed by seed")
+    pl.add_argument(
+        "--measure",
+        action="store_true",
+        help="first store the CPU estimate of each experiment and the GPU figures in conf/runtimes.yaml (needs data)",
+    )
+    pl.add_argument("--data-root", help="with --measure: where the datasets are (default $FEDBENCH_DATA)")
     c = sub.add_parser("check", help="compose every experiment and check every claim; runs nothing")
     c.add_argument("paper", nargs="?", default="all")
     args, rest = ap.parse_known_args(argv)  # overrides may come after the options too
@@ -284,6 +320,8 @@ def main(argv=None) -> int:
         if args.command == "summary":
             print(summary(), end="")
             return 0
+        if args.command == "plan":
+            return plan_command(args)
         if args.command == "check":
             problems = [msg for name in _papers(args.paper) for msg in check(load(name))]
             for msg in problems:

@@ -14,6 +14,12 @@ count). A swept key that changes the cost (dataset, model, local epochs, clients
 is composed at each of its values and the job cost is scaled by the mean over them. Not counted: what a method does
 beyond FedAvg's local training (a second model, phase II, fine-tuning new clients, peer matching), data loading, and
 more than one thread; so the numbers are lower bounds of the order of magnitude, not promises.
+
+The same file holds, for ``fedbench-claims plan`` (fedbench/claims/plan.py, issue #51): ``claims`` — this estimate of
+each claims experiment at a scale (``fedbench-claims plan --measure``), and ``gpu`` — GPU seconds per round
+(training + evaluation) measured on a named device, each with its date and the file it comes from. A setting without
+a GPU figure is costed from a measured one by the ratio of their CPU estimates here (:func:`gpu_scaled`): samples x
+CPU seconds per sample, the estimator's stand-in for FLOPs per sample x samples.
 """
 
 from __future__ import annotations
@@ -53,11 +59,64 @@ def load(conf_dir: Path) -> dict:
     return data.get("tables") or {}
 
 
-def _stored_costs(conf_dir: Path) -> dict:
+def _stored(conf_dir: Path) -> dict:
     try:
-        return (yaml.safe_load(runtimes_file(conf_dir).read_text()) or {}).get("per_sample_cpu_seconds") or {}
+        return yaml.safe_load(runtimes_file(conf_dir).read_text()) or {}
     except OSError:
         return {}
+
+
+def _stored_costs(conf_dir: Path) -> dict:
+    return _stored(conf_dir).get("per_sample_cpu_seconds") or {}
+
+
+def stored_costs(conf_dir: Path) -> dict:
+    """The stored per-sample CPU costs as :func:`_cell` keys them: {(model, input shape, classes, batch): (train, eval)}
+    (so that an estimate made from them is the same on every machine and in every process)."""
+    out = {}
+    for k, (t, v) in _stored_costs(conf_dir).items():
+        model, rest = k.split("@", 1)
+        shape, classes, batch = rest.split(",")
+        out[(model, tuple(int(x) for x in shape.split("x")), int(classes.split()[0]), int(batch[2:]))] = (t, v)
+    return out
+
+
+def claims_estimates(conf_dir: Path) -> dict:
+    """{paper: {scale: {experiment: {runs, rounds, s_per_round, seconds}}}}: the stored CPU estimates of the claims
+    experiments (:func:`estimate_overrides` of each experiment's multirun; ``fedbench-claims plan --measure``)."""
+    return _stored(conf_dir).get("claims") or {}
+
+
+def gpu_figures(conf_dir: Path) -> dict:
+    """{name: figure}: the measured GPU seconds per round (``train_s`` + ``eval_s``) of settings named by paper,
+    scale, claims experiment and algorithm, each with its ``device``, ``date`` and ``source``."""
+    return (_stored(conf_dir).get("gpu") or {}).get("figures") or {}
+
+
+def plan_settings(conf_dir: Path) -> dict:
+    """The plan's stated constants (``plan:`` in conf/runtimes.yaml): what counts as CPU-sized."""
+    return _stored(conf_dir).get("plan") or {}
+
+
+def gpu_scaled(figure: dict, cpu_per_round: float, figure_cpu_per_round: float) -> float:
+    """GPU seconds per round of a setting costed from a measured ``figure``: its training + evaluation seconds per
+    round x the ratio of the two settings' CPU estimates per round (samples x CPU seconds per sample)."""
+    return (float(figure["train_s"]) + float(figure["eval_s"])) * cpu_per_round / figure_cpu_per_round
+
+
+def update(conf_dir: Path, section: str, value) -> Path:
+    """Rewrite one top-level section of conf/runtimes.yaml, keeping the others and the file's header."""
+    path = runtimes_file(conf_dir)
+    text = path.read_text() if path.exists() else ""
+    head = []
+    for line in text.splitlines():
+        if not line.startswith("#"):
+            break
+        head.append(line + "\n")
+    data = _stored(conf_dir)
+    data[section] = value
+    path.write_text("".join(head) + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=120))
+    return path
 
 
 def hours(seconds: float) -> str:
@@ -269,6 +328,8 @@ def write_estimates(entries: list[dict], conf_dir: Path, data_root: str | None, 
         "# Estimated time of each paper table's sweep on one CPU thread of the machine named below, written by\n"
         "# `fedbench-tables --estimate` (fedbench/report/runtime.py says how; lower bounds: FedAvg-equivalent\n"
         "# local training and evaluation only). cpu = the table's reduced command, paper = the config as it is.\n"
+        "# claims, gpu, plan: `fedbench-claims plan --measure` (docs/paper_scale.md): the claims experiments'\n"
+        "# estimates, the measured GPU seconds per round (device, date, source of each), what counts as CPU-sized.\n"
     )
     body = {
         "machine": f"{platform.machine()}, {platform.processor() or platform.system()}, 1 thread",
@@ -281,10 +342,23 @@ def write_estimates(entries: list[dict], conf_dir: Path, data_root: str | None, 
             },
         },
         "tables": dict(sorted(tables.items())),
+        **{k: v for k, v in _stored(conf_dir).items() if k in ("claims", "gpu", "plan")},  # fedbench-claims plan's
     }
     path = runtimes_file(conf_dir)
     path.write_text(header + yaml.safe_dump(body, sort_keys=False, allow_unicode=True, width=120))
     return path
 
 
-__all__ = ["estimate", "hours", "load", "runtimes_file", "write_estimates"]
+__all__ = [
+    "claims_estimates",
+    "estimate",
+    "gpu_figures",
+    "gpu_scaled",
+    "hours",
+    "load",
+    "plan_settings",
+    "runtimes_file",
+    "stored_costs",
+    "update",
+    "write_estimates",
+]
