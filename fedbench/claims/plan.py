@@ -43,6 +43,7 @@ HEADLINE = {
     "fedcom": ("beats_fedavg", "beats_strongest_baselines", "converges_faster"),
 }
 TIERS = ("headline", "setting", "sweep")
+SAME = 2e-3  # two settings cost the same when their stored CPU estimates (4 significant digits) agree this closely
 GPU_REPORT = "docs/results/gpu/2026-11-26-h200/report.txt"  # scripts/gpu_check.py on an H200, section 4
 # report.txt §4 line label -> (paper, claims experiment, algorithm) of the setting it measured (fp32: hardware.tf32
 # is false by default, so the claims' runs are fp32)
@@ -309,10 +310,10 @@ def gpu_cost(paper: str, scale: str, experiment: str, alg: str, figures: dict, e
     if same:
         name, fig = next(iter(same.items()))
         ratio = c / cpu_of(fig)
-        if fig["algorithm"] == alg and math.isclose(ratio, 1.0, rel_tol=1e-9):
+        if fig["algorithm"] == alg and math.isclose(ratio, 1.0, rel_tol=SAME):
             return float(fig["train_s"]) + float(fig["eval_s"]), f"measured [{name}]"
         factor, why = algorithm_factor(paper, scale, alg, fig["algorithm"], figures)
-        how = f"[{name}]" + ("" if math.isclose(ratio, 1.0, rel_tol=1e-9) else f" x {ratio:.3g} (CPU est.)") + why
+        how = f"[{name}]" + ("" if math.isclose(ratio, 1.0, rel_tol=SAME) else f" x {ratio:.3g} (CPU est.)") + why
         return gpu_scaled(fig, c, cpu_of(fig)) * factor, how
     others = [kv for kv in figures.items() if cpu_of(kv[1])]
     others = [kv for kv in others if kv[1]["algorithm"] == "fedavg"] or others  # the estimator counts FedAvg's work
