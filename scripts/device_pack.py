@@ -125,27 +125,41 @@ def archive_name(rel: str) -> str:
     return f"{scale}-{paper}-{hashlib.sha1(rel.encode()).hexdigest()[:12]}.tar.gz"
 
 
-def archive(run_dir: Path, rel: str) -> tuple[bytes, int] | None:
-    """(the run's files as a .tar.gz under ``rel``, its checkpoint's round); None without a checkpoint past round 0
-    (nothing to keep) or when its files changed under us (the next pack takes it)."""
+def archive(run_dir: Path, rel: str, limit: float = float("inf")) -> tuple[bytes | None, int, int] | None:
+    """(the run's files as a .tar.gz under ``rel``, its checkpoint's round, their bytes before compression); the
+    archive is None, not made, when those bytes are over ``limit``. None without a checkpoint past round 0 (nothing to
+    keep) or when its files changed under us (the next pack takes it)."""
     checkpoint = latest_checkpoint(run_dir)
     if checkpoint is None or round_of(checkpoint) == 0:
         return None
     buf = io.BytesIO()
     try:
+        files = run_files(run_dir, checkpoint)
+        raw = sum(f.stat().st_size for f in files)
+        if raw > limit:
+            return None, round_of(checkpoint), raw
         with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=1) as tar:  # checkpoints barely compress
-            for f in run_files(run_dir, checkpoint):
+            for f in files:
                 tar.add(f, arcname=f"{rel}/{f.relative_to(run_dir).as_posix()}", recursive=False)
     except OSError:
         return None
-    return buf.getvalue(), round_of(checkpoint)
+    return buf.getvalue(), round_of(checkpoint), raw
 
 
-def run_archive(run_dir: Path, work: Path) -> tuple[str, bytes, int] | None:
-    """(its archive's name, the archive, the checkpoint's round) of a run dir under ``work`` (:func:`archive`)."""
+_made: dict[Path, tuple] = {}  # run dir -> (what it was made from, its archive): a pack after each job redoes none
+
+
+def run_archive(run_dir: Path, work: Path, limit: float = float("inf")) -> tuple[str, bytes | None, int, int] | None:
+    """(its archive's name, :func:`archive`) of a run dir under ``work``, made again only when the run moved on."""
     rel = run_dir.relative_to(work).as_posix()
-    got = archive(run_dir, rel)
-    return None if got is None else (archive_name(rel), *got)
+    try:
+        key = (limit, (run_dir / "status.json").read_bytes(), (run_dir / "metrics.jsonl").stat().st_size)
+    except OSError:
+        key = None
+    if key is None or _made.get(run_dir, (None,))[0] != key:
+        got = archive(run_dir, rel, limit)
+        _made[run_dir] = (key, None if got is None else (archive_name(rel), *got))
+    return _made[run_dir][1]
 
 
 def compute_seconds(run_dir: Path, upto: int) -> float:
@@ -189,15 +203,16 @@ def pack_checkpoints(run_dirs: list[Path], work: Path, out: Path, root: Path, sk
     files, cap = room(root, [*skip, work])
     made = []
     for d in run_dirs:
-        got = run_archive(d, work)
+        got = run_archive(d, work, limit=2 * cap)  # (gzip never halves a checkpoint: FedKA's 3.36 MiB -> 3.09)
         if got is not None:
             made.append((compute_seconds(d, got[2]), d, *got))
     made.sort(key=lambda m: -m[0])
     bundle, used, lines, packed = io.BytesIO(), TAR_END, [], []
     with tarfile.open(fileobj=bundle, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-        for seconds, d, name, data, t in made:
-            what = f"{d.relative_to(work).as_posix()} (round {t}, {len(data) / MiB:.1f} MiB)"
-            if padded(len(data)) + TAR_END > cap:
+        for seconds, d, name, data, t, raw in made:
+            size = f"{len(data) / MiB:.1f} MiB" if data is not None else f"{raw / MiB:.1f} MiB before compression"
+            what = f"{d.relative_to(work).as_posix()} (round {t}, {size})"
+            if data is None or padded(len(data)) + TAR_END > cap:
                 lines.append(
                     f"checkpoint not brought back: {what}: more than the {cap / MiB:.1f} MiB the other files leave of "
                     f"the {FILES} files of {FILE_BYTES // MiB} MiB, {TOTAL_BYTES // MiB} MiB together, a device call "
@@ -340,7 +355,14 @@ def main() -> int:
     if args.cmd == "size":
         for d in args.run_dirs:
             got = archive(d, d.name)
-            print(f"{d}: " + (f"{len(got[0]) / MiB:.2f} MiB (round {got[1]})" if got else "no checkpoint past round 0"))
+            print(
+                f"{d}: "
+                + (
+                    f"{len(got[0]) / MiB:.2f} MiB packed, {got[2] / MiB:.2f} MiB before (round {got[1]})"
+                    if got
+                    else "no checkpoint past round 0"
+                )
+            )
         return 0
     if not args.src.is_dir():
         print(f"device_pack: src {args.src} is not a folder (the device tool's files_at)", file=sys.stderr)

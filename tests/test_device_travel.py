@@ -152,6 +152,7 @@ def test_the_packer_splits_to_the_limits_names_what_cannot_fit_and_reassembles(t
     a = fake_run(work, "a", "preempted", 5, 70 * KiB, 30.0)  # 70 KiB: more than one part on its own
     b = fake_run(work, "b", "failed", 4, 90 * KiB, 50.0)  # the most compute: first
     fake_run(work, "c", "preempted", 4, 300 * KiB, 80.0)  # larger than all the room there is
+    fake_run(work, "g", "preempted", 3, 420 * KiB, 90.0)  # over twice the room: not even compressed
     fake_run(work, "e", "preempted", 2, 40 * KiB, 20.0)  # the least compute: no room left after a and b
     fake_run(work, "done", "complete", 6, 10 * KiB, 60.0)
     (untouched / "status.json").write_text((untouched / "status.json").read_text())  # rewritten, the same
@@ -159,7 +160,7 @@ def test_the_packer_splits_to_the_limits_names_what_cannot_fit_and_reassembles(t
     for name, size in (("report.txt", 3 * KiB), ("console.txt", 20 * KiB), ("smi.csv", 11 * KiB)):
         (out / name).write_bytes(os.urandom(size))
     todo = dp.unfinished(work / "claims", before)
-    assert sorted(d.name for d in todo) == ["a", "b", "c", "e"]  # not the complete run, not the untouched one
+    assert sorted(d.name for d in todo) == ["a", "b", "c", "e", "g"]  # not the complete run, not the untouched one
     lines = dp.pack_checkpoints(todo, work, out, out)
     files = [f for f in out.iterdir() if f.is_file()]
     parts = sorted(out.glob("checkpoints.tar.*"))
@@ -171,7 +172,9 @@ def test_the_packer_splits_to_the_limits_names_what_cannot_fit_and_reassembles(t
     too_big = next(x for x in lines if "/c (round 4" in x)
     assert too_big.startswith("checkpoint not brought back") and "0.3 MiB): more than the 0.2 MiB" in too_big
     no_room = next(x for x in lines if "/e (round 2" in x)
-    assert "no room left after 2 run(s) with more compute" in no_room and len(lines) == 3, lines
+    assert "no room left after 2 run(s) with more compute" in no_room, lines
+    not_made = next(x for x in lines if "/g (round 3" in x)
+    assert "(round 3, 0.4 MiB before compression): more than the 0.2 MiB" in not_made and len(lines) == 4, lines
 
     store, finished = tmp_path / "store", tmp_path / "outputs"
     dp.unpack(out, store, finished)
@@ -190,6 +193,12 @@ def test_the_packer_splits_to_the_limits_names_what_cannot_fit_and_reassembles(t
     with pytest.raises(SystemExit, match=r"the parts checkpoints.tar.NNN are \[0, 2\], not 0..1"):
         dp.unpack(out, tmp_path / "store2", finished)
 
+    data = os.urandom(20 * KiB)  # run a moves on to round 6: packed anew, from its new checkpoint
+    (a / "checkpoints" / "round_000006.pt").write_bytes(data)
+    (a / "checkpoints" / "round_000006.sha256").write_text(hashlib.sha256(data).hexdigest())
+    (a / "status.json").write_text(json.dumps({"status": "preempted", "round": 6}))
+    lines = dp.pack_checkpoints([a], work, out, out)
+    assert lines[0].startswith("checkpoints: 1 unfinished run(s) in 1 file(s)") and "/a (round 6, 0.0 MiB)" in lines[0]
     lines = dp.pack_checkpoints([], work, out, out)  # nothing left unfinished: no parts left behind
     assert lines == [] and not list(out.glob("checkpoints.tar.*"))
 
@@ -202,9 +211,12 @@ def test_the_travelling_tree_is_measured_and_an_over_full_store_refused(tmp_path
     (store / "smoke-fedka-aaaaaaaaaaaa.tar.gz").write_bytes(os.urandom(3 * 2**20))
     (store / "smoke-fedka-bbbbbbbbbbbb.tar.gz").write_bytes(os.urandom(2**20))
     kit = _module("device_kit")
-    mib = kit.travel_mib([str(store)])
-    assert 3.95 <= mib - kit.travel_mib([]) <= 4.05  # (other files may change meanwhile)
+    kit_paths = [p for p in (".whl", ".device-data") if (REPO / p).exists()]  # carried too, when this checkout has them
+    line, _ = dp.travel(store)
+    mib = float(line.split()[0])
+    assert line == f"{mib:.1f} MiB would travel with carry {json.dumps([*kit_paths, str(store)])} (limit 64 MiB)"
+    assert 3.9 <= mib - kit.travel_mib(kit_paths) <= 4.1  # the store's 4 MiB (other files may change meanwhile)
     line, over = dp.travel(store, limit_mib=mib + 2.5)
-    assert not over and line.startswith(f"{mib:.1f} MiB would travel") and str(store) in line
+    assert not over and line.startswith(f"{mib:.1f} MiB would travel")
     line, over = dp.travel(store, limit_mib=mib + 1.5)
     assert over and "(the largest: smoke-fedka-aaaaaaaaaaaa.tar.gz 3.0 MiB, smoke-fedka-bbbb" in line, line
