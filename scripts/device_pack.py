@@ -129,6 +129,12 @@ def archive(run_dir: Path, rel: str, limit: float = float("inf")) -> tuple[bytes
     """(the run's files as a .tar.gz under ``rel``, its checkpoint's round, their bytes before compression); the
     archive is None, not made, when those bytes are over ``limit``. None without a checkpoint past round 0 (nothing to
     keep) or when its files changed under us (the next pack takes it)."""
+    try:  # a checkpoint over the limit on its own is not even read (CAFeMe's: 864 MiB)
+        newest = max(directory(run_dir).glob("round_*.pt"), default=None)
+        if newest is not None and round_of(newest) > 0 and newest.stat().st_size > limit:
+            return None, round_of(newest), newest.stat().st_size
+    except OSError:
+        return None
     checkpoint = latest_checkpoint(run_dir)
     if checkpoint is None or round_of(checkpoint) == 0:
         return None
