@@ -450,16 +450,17 @@ def test_a_range_counts_its_diverged_runs(tmp_path):
 
 
 def test_a_winner_that_diverges_where_it_would_lose_does_not_hold(tmp_path):
-    """Survivorship: FedAvg beats Local by 2–3 points on seeds 0–2 and diverges on seeds 3 and 4 (where it would
-    lose): those count as 0, the differences are +2, +3, +2.5, −40, −41 — inconclusive, not the old 3-seed "holds"."""
+    """Survivorship: FedAvg beats Local by 2–3 points on seeds 0, 2 and 3 and diverges on seeds 1 and 4 (where it
+    would lose): those count as 0. Look 1 (seeds 0–2: +2, −41, +2.5) decides nothing, so look 2 reads all five, +2,
+    −41, +2.5, +3, −41 — inconclusive, not the old 3-seed "holds" on the survivors."""
     pc = load_file(_claims_file(tmp_path, [CLAIM], seeds=(0, 1, 2, 3, 4)))
     local = [0.40, 0.41, 0.405, 0.40, 0.41]
     values = {("local", s): v for s, v in enumerate(local)}
-    values |= {("fedavg", s): local[s] + d for s, d in enumerate([0.02, 0.03, 0.025])}
-    values |= {("fedavg", 3): DIVERGED, ("fedavg", 4): DIVERGED}
+    values |= {("fedavg", s): local[s] + d for s, d in zip((0, 2, 3), [0.02, 0.025, 0.03])}
+    values |= {("fedavg", 1): DIVERGED, ("fedavg", 4): DIVERGED}
     res = evaluate_claim(pc, pc.claims[0], _runs(tmp_path, pc, values))
-    assert res.outcome.tests[0].per_seed == pytest.approx({0: 2.0, 1: 3.0, 2: 2.5, 3: -40.0, 4: -41.0})
-    assert res.outcome.verdict == INCONCLUSIVE and "diverged" in ours_text(res)
+    assert res.outcome.tests[0].per_seed == pytest.approx({0: 2.0, 1: -41.0, 2: 2.5, 3: 3.0, 4: -41.0})
+    assert res.outcome.verdict == INCONCLUSIVE and res.outcome.look == 2 and "diverged" in ours_text(res)
 
 
 def test_a_winner_that_diverges_on_every_seed_fails(tmp_path):

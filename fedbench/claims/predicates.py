@@ -26,16 +26,30 @@ a test
 intersection-union test: each at α, no correction needed), fails if any test fails, shows no difference if any test
 does and none fails, and is inconclusive otherwise. So each claim errs with probability ≤ α in each direction.
 
-A claim is judged only on complete data: every run it reads (each name at each swept value and seed) must have a
-value, else it is **not run (k of n)**. A diverged run — a non-finite value in the table — is an outcome, never
-dropped: it counts as the claim's ``worst`` value (accuracy: 0).
+**Two looks** (issue #51; :data:`LOOKS`, :data:`ALPHAS`): on a scale of 5 seeds the rule is group-sequential. Look 1
+judges the first 3 of the scale's seeds (in the scale's order) at α1; a decisive claim (holds, fails, no difference)
+stops there. Otherwise look 2 judges all 5 at α2. α1 = 0.0114 is the O'Brien–Fleming-type spending of Lan & DeMets
+(1983) at the information fraction 3/5, α1 = 2(1 − Φ(z(1 − α/2)·√(5/3))); α2 = α − α1 = 0.0386 (Bonferroni over the
+looks). By the union bound each test errs with probability ≤ α1 + α2 = α over both looks; Holm at a look on that
+look's p-values rejects no more than Holm on the repeated p-values min(p1/(α1/α), p2/(α2/α)), the closure of such
+two-look tests — so every error rate above still holds, for any family, with no calibration (an α2 calibrated to the
+exact one-test level would not carry over to Holm families). Power and the minimum detectable effect are the
+design's: the chance that the test on its own holds at look 1, or is not decided there and holds at look 2
+(:func:`seq_chance`). A scale with another number of
+seeds (smoke: 2) is judged in one look at α.
+
+A claim is judged only on complete data: every run it reads at a look (each name at each swept value and seed) must
+have a value, else it is **not run (k of n)** — at look 1 "not decided at 3 seeds; seeds 3, 4 to run". A diverged
+run — a non-finite value in the table — is an outcome, never dropped: it counts as the claim's ``worst`` value
+(accuracy: 0).
 
 :func:`judge` takes each test's values as arrays with the seeds on axis 0, so that the simulation test
-(tests/test_claims_rule.py) runs the rule on many replications at once.
+(tests/test_claims_rule.py) runs the rule on many replications at once; :func:`evaluate` does too (both looks).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass, field
@@ -51,6 +65,12 @@ VERDICTS = (HOLDS, FAILS, NO_DIFFERENCE, INCONCLUSIVE, NOT_RUN, NOT_COMPARABLE, 
 ALPHA = 0.05  # one-sided, per test: P(false holds) <= ALPHA per claim, P(false fails) <= ALPHA per claim (Holm)
 POWER = 0.8  # the power at which a test's minimum detectable effect is given
 LOOKS = (3, 5)  # seeds at the first and the final look of the group-sequential rule (a scale's seeds in their order)
+_A1 = 2 * (1 - stats.norm.cdf(stats.norm.ppf(1 - ALPHA / 2) * math.sqrt(LOOKS[1] / LOOKS[0])))
+ALPHAS = (
+    float(_A1),
+    float(ALPHA - _A1),
+)  # α spent at each look: O'Brien–Fleming-type (Lan–DeMets) at 3/5, the rest at the end
+DECISIVE = (HOLDS, FAILS, NO_DIFFERENCE)  # the verdicts that stop at look 1
 
 _NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 _NAME = r"[A-Za-z0-9_.:+]+"
@@ -135,6 +155,9 @@ class Test:
     p_same: float = math.nan  # TOST p-value for "within ±tolerance of the bound", Holm-adjusted
     verdict: str = ""
     reason: str = ""
+    alpha: float = ALPHA  # the α it was judged at: ALPHAS[look - 1] in the two-look rule, ALPHA in one look
+    sequential: bool = False  # judged by the two-look rule: its power and mde are the design's (LOOKS, ALPHAS)
+    tolerance: float = 0.0  # the claim's τ (a stop at look 1 for "no difference" is part of the design's power)
 
     @property
     def values(self) -> list:
@@ -146,17 +169,23 @@ class Test:
         return None if self.paper is None else _gap(self.op, self.bound, self.paper)
 
     def power(self) -> float | None:
-        """P(holds) if q's true mean were the paper's and its seed-to-seed sd the observed one."""
+        """P(holds) if q's true mean were the paper's and its seed-to-seed sd the observed one; in the two-look rule
+        P(holds at look 1 or at look 2) (:func:`seq_chance`)."""
         if self.paper is None or self.n < 2:
             return None
+        if self.sequential:
+            return seq_chance(self.op, self.bound, self.paper, self.sd, self.tolerance)
         return chance(self.op, self.bound, self.paper, self.sd, self.n)
 
     def mde(self) -> float | None:
         """The minimum detectable effect: the smallest gap (as :attr:`gap`) the test detects with probability
-        :data:`POWER`, at the observed sd. For ``within``: the room inside the bound needed at the paper's |q|
-        (0 without one), i.e. the smallest bound the test would confirm there, minus |q|."""
+        :data:`POWER`, at the observed sd (in the two-look rule: holds at look 1 or at look 2). For ``within``: the
+        room inside the bound needed at the paper's |q| (0 without one), i.e. the smallest bound the test would confirm
+        there, minus |q|."""
         if self.n < 2:
             return None
+        if self.sequential:
+            return seq_mde(self.op, self.bound, self.paper, self.sd, self.tolerance)
         return mde(self.op, self.bound, self.paper, self.sd, self.n)
 
 
@@ -180,21 +209,69 @@ def chance(op: str, bound: float, mu: float, sd: float, n: int, alpha: float = A
 
 def mde(op: str, bound: float, paper: float | None, sd: float, n: int) -> float:
     """The gap g at which :func:`chance` = :data:`POWER` (see :meth:`Test.mde`)."""
+    return _gap_at_power(op, bound, paper, sd, lambda op, b, mu: chance(op, b, mu, sd, n), 1e-6)
+
+
+def _gap_at_power(op: str, bound: float, paper: float | None, sd: float, power_at, xtol: float) -> float:
+    """The gap g (as :attr:`Test.gap`) at which ``power_at(op, bound, true mean)`` = :data:`POWER`; for ``within``
+    the room inside the bound at the paper's |q| (0 without one)."""
     if sd == 0:
         return 0.0
     ref = abs(paper) if paper is not None else 0.0
 
     def power(g):
         if op == "within":
-            return chance(op, ref + g, ref, sd, n)
-        return chance(op, bound, bound + g if op == ">" else bound - g, sd, n)
+            return power_at(op, ref + g, ref)
+        return power_at(op, bound, bound + g if op == ">" else bound - g)
 
     hi = sd
     while power(hi) < POWER:
         hi *= 2
     from scipy.optimize import brentq
 
-    return float(brentq(lambda g: power(g) - POWER, 0.0, hi, xtol=1e-6 * sd))
+    return float(brentq(lambda g: power(g) - POWER, 0.0, hi, xtol=xtol * sd))
+
+
+DESIGN_DRAWS = 2**17  # normal samples of the two-look design's power (Monte-Carlo se of a power <= 0.0014)
+
+
+@functools.lru_cache(maxsize=1)
+def _looks() -> tuple:
+    """The two-look design on standard normal seeds (a fixed antithetic sample, so that the pages rebuild byte for
+    byte and ``>`` and ``<`` see the same design): per look k, the mean of its seeds m_k and its interval's
+    half-widths t(1 − α_k, n_k − 1)·s_k/√n_k and t(1 − α_k/2, n_k − 1)·s_k/√n_k, in units of σ."""
+    z = np.random.default_rng(51).standard_normal((LOOKS[-1], DESIGN_DRAWS // 2))
+    z = np.concatenate([z, -z], axis=1)
+    out = []
+    for n, a in zip(LOOKS, ALPHAS):
+        se = z[:n].std(0, ddof=1) / math.sqrt(n)
+        out.append((z[:n].mean(0), stats.t.ppf(1 - a, n - 1) * se, stats.t.ppf(1 - a / 2, n - 1) * se))
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=4096)
+def seq_chance(op: str, bound: float, mu: float, sd: float, tolerance: float = 0.0) -> float:
+    """:func:`chance` of the two-look rule for the test on its own (a one-test claim): P(it holds at look 1, or is not
+    decided there — neither holds nor fails nor "no difference" at ±``tolerance`` — and holds at look 2), q's true
+    mean ``mu`` and sd ``sd`` (normal noise), on :data:`DESIGN_DRAWS` fixed samples."""
+    lo, hi = {">": (bound, math.inf), "<": (-math.inf, bound), "within": (-bound, bound)}[op]
+    if sd == 0:
+        return float(lo < mu < hi)
+    (m1, w1, v1), (m2, w2, _) = _looks()
+    m1, w1, v1, m2, w2 = (sd * x for x in (m1, w1, v1, m2, w2))
+    held = (mu + m1 - w1 > lo) & (mu + m1 + w1 < hi)
+    if op == "within":  # fails beyond either bound at α1/2; no "no difference"
+        stop = held | (mu + m1 + v1 < -bound) | (mu + m1 - v1 > bound)
+    else:
+        stop = held | (mu + m1 + w1 < bound if op == ">" else mu + m1 - w1 > bound)
+        stop |= (mu + m1 - w1 > bound - tolerance) & (mu + m1 + w1 < bound + tolerance)
+    return float((held | (~stop & (mu + m2 - w2 > lo) & (mu + m2 + w2 < hi))).mean())
+
+
+@functools.lru_cache(maxsize=4096)
+def seq_mde(op: str, bound: float, paper: float | None, sd: float, tolerance: float = 0.0) -> float:
+    """:func:`mde` of the two-look rule: the gap g with :func:`seq_chance` = :data:`POWER`."""
+    return _gap_at_power(op, bound, paper, sd, lambda op, b, mu: seq_chance(op, b, mu, sd, tolerance), 1e-4)
 
 
 def _p(mean, x, se, df, upper: bool):
@@ -250,6 +327,7 @@ def holm(p: np.ndarray) -> np.ndarray:
 def judge(tests: list[Test], tolerance: float, alpha: float = ALPHA):
     """Each test's verdict and the claim's (the module docstring's rule); arrays of replications give arrays."""
     for t in tests:
+        t.alpha, t.tolerance = alpha, tolerance
         _measure(t, tolerance, alpha)
     fails, same = holm([t.p_fails for t in tests]), holm([t.p_same for t in tests])
     for t, f, s in zip(tests, fails, same):
@@ -273,12 +351,17 @@ def _scalar(x):
     return x.item() if isinstance(x, np.generic | np.ndarray) and np.ndim(x) == 0 else x
 
 
+def level(alpha: float) -> str:
+    """The interval's level, (1 − 2α), as printed: ``90 %``, ``97.7 %``."""
+    return f"{100 * (1 - 2 * alpha):.3g} %"
+
+
 def _why(t: Test) -> str:
     """A test's verdict in a few words."""
     if t.n < 2:
         return f"{t.n} seed: no interval"
     side = f"inside ±{t.bound:g}" if t.op == "within" else f"{'above' if t.op == '>' else 'below'} {t.bound:g}"
-    interval = f"{100 * (1 - 2 * ALPHA):g} % interval [{t.lo:+.3g}, {t.hi:+.3g}]"
+    interval = f"{level(t.alpha)} interval [{t.lo:+.3g}, {t.hi:+.3g}]"
     if t.verdict == HOLDS:
         return f"{interval} {side} (p = {t.p_holds:.2g})"
     if t.verdict == FAILS:
@@ -330,26 +413,56 @@ def evaluate(
     worst: float = 0.0,
     paper: dict | None = None,
     paper_scale: bool = True,
+    two_looks: bool = True,
 ) -> Outcome:
     """The claim's verdict from ``data = {row: {col: {seed: value}}}`` (col ``None`` when nothing is swept; a
-    non-finite value = a diverged run) and ``paper = {row: {col: value}}``: a pure function of the table. Every cell
-    of :func:`needed` must have a value at every seed of ``seeds``, else the claim is not run; seeds are matched by
-    their value, never by position."""
+    non-finite value = a diverged run) and ``paper = {row: {col: value}}``: a pure function of the table. Five
+    ``seeds`` are judged in two looks (the module docstring; ``two_looks=False``: in one at α), other numbers
+    in one. Every cell of :func:`needed` must have a value at every seed of the look, else the claim is not run; seeds
+    are matched by their value, never by position. On arrays of replications the outcome's ``look`` is an array too."""
     if pred.kind == "close" and not paper_scale:
         return Outcome(NOT_COMPARABLE, "closeness to the paper's numbers is checked at paper scale only")
     paper = paper or {}
     cells = needed(pred, cols, paper)
+    seeds = list(seeds)
+    sequential = two_looks and len(seeds) == LOOKS[-1]
+    first = seeds[: LOOKS[0]] if sequential else seeds
     lacking = {(row, col): [s for s in seeds if s not in data.get(row, {}).get(col, {})] for row, col in cells}
-    if not cells or any(lacking.values()):
-        missing = [
-            f"{row}{'' if col is None else f' at {col}'} ({'every seed' if len(m) == len(seeds) else f'seed {m[0]}'})"
-            for (row, col), m in lacking.items()
-            if m
-        ]
-        have = len(cells) * len(seeds) - sum(map(len, lacking.values()))
+    have = len(cells) * len(seeds) - sum(map(len, lacking.values()))
+    counted = f"{have} of {len(cells) * len(seeds)} runs have a value"
+    if not cells or any(set(m) & set(first) for m in lacking.values()):
+        return Outcome(NOT_RUN, f"{counted}; none yet for " + _missing(lacking, seeds))
+    if not sequential:
+        return _judged(pred, data, cells, cols, seeds, tolerance, worst, paper, ALPHA)
+    out = _judged(pred, data, cells, cols, first, tolerance, worst, paper, ALPHAS[0], 1)
+    if not isinstance(out.verdict, np.ndarray) and out.verdict in DECISIVE:
+        if seeds[LOOKS[0] :]:
+            out.reason += f"; seeds {', '.join(map(str, seeds[LOOKS[0] :]))} not read"
+        return out
+    rest = [s for s in seeds[LOOKS[0] :] if any(s in m for m in lacking.values())]
+    if rest:
         return Outcome(
-            NOT_RUN, f"{have} of {len(cells) * len(seeds)} runs have a value; none yet for " + ", ".join(missing)
+            NOT_RUN,
+            f"not decided at {LOOKS[0]} seeds (look 1: {out.verdict}); seeds {', '.join(map(str, rest))} to run — "
+            f"{counted}; none yet for " + _missing(lacking, seeds),
         )
+    final = _judged(pred, data, cells, cols, seeds, tolerance, worst, paper, ALPHAS[1], 2)
+    if not isinstance(out.verdict, np.ndarray):
+        return final
+    stop = np.isin(out.verdict, DECISIVE)  # replications (the simulation): each stops at its own look
+    return Outcome(np.where(stop, out.verdict, final.verdict), "", final.tests, np.where(stop, 1, 2))
+
+
+def _missing(lacking: dict, seeds: list) -> str:
+    return ", ".join(
+        f"{row}{'' if col is None else f' at {col}'} ({'every seed' if len(m) == len(seeds) else f'seed {m[0]}'})"
+        for (row, col), m in lacking.items()
+        if m
+    )
+
+
+def _judged(pred, data, cells, cols, seeds, tolerance, worst, paper, alpha, look=None) -> Outcome:
+    """The rule at one look: the claim's tests on ``seeds`` at ``alpha``; ``look`` 1 or 2 in the two-look rule."""
     table = {
         row: {col: {s: _outcome(data[row][col][s], worst) for s in seeds} for col in cols if col in data[row]}
         for row in {row for row, _ in cells}
@@ -358,17 +471,23 @@ def evaluate(
     on_paper = {(t.label, t.at): t.values[0] for t in _tests(pred, paper_data(paper, cols), cols, paper)}
     for t in tests:
         t.paper = on_paper.get((t.label, t.at))
-    verdict = judge(tests, tolerance)
+        t.sequential = look is not None
+    verdict = judge(tests, tolerance, alpha)
     if isinstance(verdict, np.ndarray):  # replications (the simulation): no words
-        return Outcome(verdict, "", tests)
+        return Outcome(verdict, "", tests, look)
     for t in tests:
         t.reason = _why(t)
+    where = (
+        ""
+        if look is None
+        else f"look {look} (seeds {', '.join(map(str, seeds))}; α{look} = {alpha:.3g}, {level(alpha)} intervals): "
+    )
     if len(tests) == 1:
-        return Outcome(verdict, tests[0].reason, tests)
+        return Outcome(verdict, where + tests[0].reason, tests, look)
     counts = ", ".join(
         f"{n} {v}" for v in (HOLDS, FAILS, NO_DIFFERENCE, INCONCLUSIVE) if (n := sum(t.verdict == v for t in tests))
     )
-    return Outcome(verdict, f"{len(tests)} tests (Holm over {len(tests)}): {counts}", tests)
+    return Outcome(verdict, f"{where}{len(tests)} tests (Holm over {len(tests)}): {counts}", tests, look)
 
 
 def _outcome(value, worst: float):
@@ -479,6 +598,8 @@ def paper_data(paper: dict, cols: list, seeds=(0,), spread: float = 0.0) -> dict
 
 __all__ = [
     "ALPHA",
+    "ALPHAS",
+    "DECISIVE",
     "HOLDS",
     "FAILS",
     "NO_DIFFERENCE",
@@ -501,4 +622,6 @@ __all__ = [
     "needed",
     "paper_data",
     "parse",
+    "seq_chance",
+    "seq_mde",
 ]

@@ -363,11 +363,14 @@ def pilot(claim: Claim, res: ClaimResult, exp: Experiment, paper: dict, scale: s
 
 
 def pilot_mde(test, n: int) -> float | None:
-    """The smallest gap ``n`` seeds would detect (80 % power, α = 0.05) at a pilot test's paired sd."""
-    from .predicates import mde
+    """The smallest gap ``n`` seeds would detect (80 % power) at a pilot test's paired sd: in the two looks where ``n``
+    is their 5 seeds (predicates.seq_mde), else in one look at α = 0.05."""
+    from .predicates import LOOKS, mde, seq_mde
 
     if test.n < 2 or not math.isfinite(test.sd):
         return None
+    if n == LOOKS[-1]:
+        return seq_mde(test.op, test.bound, test.paper, test.sd, test.tolerance)
     return mde(test.op, test.bound, test.paper, test.sd, n)
 
 
