@@ -60,6 +60,7 @@ def pick_device(requested: str, local_rank: int | None = None) -> torch.device:
 def hardware(hw, world=None) -> tuple[torch.device, torch.dtype]:
     """The device and dtype of a run (``hardware``); sets the thread pools and the numerics."""
     device = pick_device(hw.device, world.local_rank if world is not None and world.size > 1 else None)
+    check_fast_paths(hw, device)
     if hw.threads:  # torch's and NumPy/SciPy's BLAS pools alike (server-side solvers use the latter)
         torch.set_num_threads(int(hw.threads))
         from threadpoolctl import threadpool_limits
@@ -68,6 +69,20 @@ def hardware(hw, world=None) -> tuple[torch.device, torch.dtype]:
     # TF32 off unless asked; strict determinism
     numerics.configure(hw.get("tf32", False), bool(hw.deterministic), device)
     return device, torch.float64 if hw.precision == "fp64" else torch.float32
+
+
+def check_fast_paths(hw, device: torch.device) -> None:
+    """``hardware.compile`` / ``hardware.cuda_graphs`` (docs/fast_paths.md) apply to the vectorized executor, CUDA
+    graphs to a CUDA device: asked for elsewhere, the run fails here, before its data is loaded."""
+    executor = hw.executor if hw.executor != "auto" else ("vectorized" if device.type == "cuda" else "sequential")
+    for key in ("compile", "cuda_graphs"):
+        if hw.get(key, False) and executor != "vectorized":
+            raise ConfigError(
+                f"hardware.{key}", True, f"true only with the vectorized executor (this run's is {executor}: "
+                "hardware.executor=vectorized)"
+            )  # fmt: skip
+    if hw.get("cuda_graphs", False) and device.type != "cuda":
+        raise ConfigError("hardware.cuda_graphs", True, f"true only on a CUDA device (this run's is {device.type})")
 
 
 def federated_data(cfg, device: torch.device, dtype: torch.dtype) -> FederatedData:
@@ -112,6 +127,8 @@ def model(cfg, data: FederatedData, device: torch.device, dtype: torch.dtype):
         int(hw.eval_batch),
         workers=hw.get("workers", 1),
         max_memory=hw.get("max_memory"),
+        compile=bool(hw.get("compile", False)),
+        cuda_graphs=bool(hw.get("cuda_graphs", False)),
     )
     if executor.channels_last:  # the sequential executor on the CPU only (never under vmap)
         net = net.to(memory_format=torch.channels_last)

@@ -129,6 +129,8 @@ CHECKS: dict[str, tuple] = {
     "hardware.workers": (lambda v: v == "auto" or (is_int(v) and v >= 1), "auto or an integer >= 1"),
     "hardware.channels_last": boolean(),
     "hardware.tf32": boolean(),
+    "hardware.compile": boolean(),  # the vectorized step compiled per shape bucket (engine/fast.py, docs/fast_paths.md)
+    "hardware.cuda_graphs": boolean(),  # ... captured as CUDA graphs (CUDA only: build.hardware)
     "hardware.max_memory": number(0, None, lo_open=True, optional=True),  # bytes, or a fraction (<= 1) of the device's
     "hardware.pin_memory": boolean(),
     "hardware.eval_batch": int_at_least(1),

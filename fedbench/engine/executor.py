@@ -13,7 +13,8 @@ parameters — is laid out on the device before the loop (schedule.plan, augment
 the device; the loop never waits for the host. With ``max_memory`` the clients are trained in chunks that fit
 (a probe step measures one client-step's working memory once); an out-of-memory error halves the chunk.
 On a 2-core CPU the sequential loop is about 2x faster (vmapped convolutions become grouped
-convolutions); on a GPU stacking removes launch overhead. ``executor=auto`` picks accordingly.
+convolutions); on a GPU stacking removes launch overhead. ``executor=auto`` picks accordingly. Its step compiled
+(``hardware.compile``) or captured as CUDA graphs (``hardware.cuda_graphs``): fedbench/engine/fast.py, off by default.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from torch.func import vmap
 from ..models.dropout import keyed, step_key
 from . import optim
 from .augment import draw_job
+from .fast import FastSteps
 from .functional import FModel, cross_entropy
 from .masking import IGNORE, is_pad_aware, padded_batch
 from .schedule import Plan, plan
@@ -298,9 +300,11 @@ class VectorizedExecutor(Executor):
     name = "vectorized"
     vectorized = True
 
-    def __init__(self, *a, **kw):
+    def __init__(self, *a, compile: bool = False, cuda_graphs: bool = False, **kw):
         super().__init__(*a, **kw)
         self._probed: dict = {}  # job signature -> bytes of one client-step's working memory (probe step)
+        # hardware.compile / hardware.cuda_graphs: the step compiled and/or captured per shape bucket (engine/fast.py)
+        self.fast = FastSteps(compile, cuda_graphs) if compile or cuda_graphs else None
 
     def train(self, job: LocalJob) -> LocalResult:
         pl, aug = self._plan(job, padded=True)
@@ -335,12 +339,16 @@ class VectorizedExecutor(Executor):
 
         calls = self._mapped(job)
         chunk = self._chunk(job, pl, calls)
+        ids = self.order_ids(job, pl)
         a = 0
         while a < m_count:
             b = min(m_count, a + chunk)
             try:
-                with self._loop():
-                    self._steps(job, pl, aug_rows, calls, P, B, S, C, losses, a, b)
+                if self.fast is not None:
+                    self.fast.run(self, job, pl, aug_rows, calls, P, B, S, C, losses, a, b, chunk)
+                else:
+                    with self._loop():
+                        self._steps(job, pl, aug_rows, calls, P, B, S, C, losses, a, b, ids)
                 a = b
             except torch.OutOfMemoryError:
                 if b - a == 1:
@@ -383,15 +391,24 @@ class VectorizedExecutor(Executor):
             vmap(one_padded, in_dims=(0, 0, 0, 0, 0, None, kd, 0)),
         )
 
-    def _keys(self, job: LocalJob, pl: Plan, a: int, n: int, t: int) -> torch.Tensor | None:
-        """The dropout keys of step ``t`` of the clients at positions [a, a + n) of ``pl.order`` (None: no dropout)."""
+    def order_ids(self, job: LocalJob, pl: Plan, pad: int = 0) -> torch.Tensor | None:
+        """The client ids in ``pl.order`` (and ``pad`` zeros) on the job's device, for the dropout keys of a step loop
+        (one copy before the loop, not one per step); None without dropout."""
+        if self._dropout_base(job) is None:
+            return None
+        ids = job.client_ids if job.client_ids is not None else list(range(len(job.schedule)))
+        return torch.tensor([ids[m] for m in pl.order] + [0] * pad, device=job.x.device)
+
+    def _keys(self, job: LocalJob, pl: Plan, a: int, n: int, t: int, ids=None) -> torch.Tensor | None:
+        """The dropout keys of step ``t`` of the clients at positions [a, a + n) of ``pl.order`` (None: no dropout);
+        ``ids``: :meth:`order_ids`, laid out before the loop."""
         base = self._dropout_base(job)
         if base is None:
             return None
-        ids = job.client_ids if job.client_ids is not None else list(range(len(job.schedule)))
-        return step_key(base, torch.tensor([ids[m] for m in pl.order[a : a + n]]), t).to(job.x.device)
+        ids = self.order_ids(job, pl) if ids is None else ids
+        return step_key(base, ids[a : a + n], t)
 
-    def _steps(self, job: LocalJob, pl: Plan, aug_rows, calls, P, B, S, C, losses, a: int, b: int) -> None:
+    def _steps(self, job: LocalJob, pl: Plan, aug_rows, calls, P, B, S, C, losses, a: int, b: int, ids=None) -> None:
         """Local training of the clients at positions [a, b) of ``pl.order``: one batched call per step index."""
         trainable = set(job.trainable)
         mapped, mapped_padded = calls
@@ -410,7 +427,7 @@ class VectorizedExecutor(Executor):
             bufs = {k: v[a : a + n] for k, v in B.items()}  # BatchNorm updates them in place
             state = {k: v[a : a + n] for k, v in S.items()}
             ctx = {k: v[a : a + n] for k, v in C.items()}
-            key = self._keys(job, pl, a, n, t)
+            key = self._keys(job, pl, a, n, t, ids)
             with self.autocast(job.x.device):
                 if pl.padded[t]:
                     real = pl.real[r : r + n]
@@ -533,20 +550,25 @@ def make_executor(
     eval_batch: int = 1000,
     workers: int | str = 1,
     max_memory=None,
+    compile: bool = False,
+    cuda_graphs: bool = False,
 ) -> Executor:
     """``auto``: sequential on CPU (measured faster there), vectorized on CUDA. ``workers`` (sequential on CPU):
     clients trained in parallel threads; ``auto`` = one per intra-op thread torch would use. ``channels_last``
     applies to the sequential executor on the CPU only (measured faster there; under vmap it falls back to slow
-    strided copies). ``max_memory`` (vectorized): the memory budget that sizes the client chunks."""
+    strided copies). ``max_memory`` (vectorized): the memory budget that sizes the client chunks. ``compile`` and
+    ``cuda_graphs`` (vectorized): the fast paths of fedbench/engine/fast.py (build.hardware refuses them elsewhere)."""
     if name == "auto":
         name = "vectorized" if device.type == "cuda" else "sequential"
     cls = {"sequential": SequentialExecutor, "vectorized": VectorizedExecutor}[name]
     if workers == "auto":
         workers = torch.get_num_threads() if device.type == "cpu" else 1
+    fast = {"compile": bool(compile), "cuda_graphs": bool(cuda_graphs)} if name == "vectorized" else {}
     return cls(
         precision=precision,
         channels_last=channels_last and name == "sequential" and device.type == "cpu",
         eval_batch=eval_batch,
         workers=int(workers) if name == "sequential" else 1,
         max_memory=max_memory,
+        **fast,
     )

@@ -83,9 +83,18 @@ def clip_grad_norm_(grads: list[torch.Tensor], max_norm: float, batched: bool) -
 def step(
     spec: OptimSpec, params: list[torch.Tensor], grads: list[torch.Tensor], names: list[str], state: dict, batched: bool
 ) -> None:
-    """One optimizer step, in place on ``params`` and ``state``."""
+    """One optimizer step, in place on ``params`` and ``state``: gradient clipping, then :func:`update`."""
     if spec.clip_grad_norm:
         clip_grad_norm_(grads, spec.clip_grad_norm, batched)
+    update(spec, params, grads, names, state, batched)
+
+
+@torch.no_grad()
+def update(
+    spec: OptimSpec, params: list[torch.Tensor], grads: list[torch.Tensor], names: list[str], state: dict, batched: bool
+) -> None:
+    """The update of :func:`step` on already clipped gradients (the compiled step calls the two apart:
+    fedbench/engine/fast.py)."""
     if spec.name == "sgd":
         bufs = [state.get(f"momentum_buffer:{n}") for n in names] if spec.momentum > 0 else [None] * len(names)
         torch_sgd(
