@@ -167,6 +167,27 @@ def test_the_fast_step_loop_makes_no_host_sync():
     assert counter.count == 0, dict(counter.calls)
 
 
+def test_out_of_memory_in_the_fast_step_halves_the_chunk_and_drops_the_larger_programs():
+    """An out-of-memory error halfway through the 6-client call (state already stepped, a bucket already
+    "captured"): the chunk halves, its clients start over from the job's state on a new program of 3 rows (the 6-row
+    one is dropped: its buffers and graphs would hold the memory), and the result equals the eager one."""
+    from test_vectorized import SmallDevice
+
+    fm = _fm()
+    eager = _rounds(VectorizedExecutor(), fm, SIZES, SGD, rounds=1)
+    alone = SmallDevice()
+    with alone:  # the largest tensor one client's step makes
+        _rounds(VectorizedExecutor(cuda_graphs=True), fm, SIZES[:1], SGD, rounds=1)
+    big = SmallDevice(limit=2.5 * alone.largest, once_after=10**9)  # counts the oversized results of the 6-client call
+    with big:
+        _rounds(VectorizedExecutor(cuda_graphs=True), fm, SIZES, SGD, rounds=1)
+    ex = VectorizedExecutor(cuda_graphs=True)
+    with SmallDevice(2.5 * alone.largest, once_after=big.over // 2):
+        res = _rounds(ex, fm, SIZES, SGD, rounds=1)
+    _equal(eager, res)
+    assert [p.cap for p in ex.fast.programs.values()] == [3]
+
+
 def test_the_eager_step_loop_with_dropout_makes_no_host_sync():
     """The eager vectorized step's dropout keys come from the clients' ids laid out on the device before the loop
     (before: a list of ids copied from the host every step, 6 copies here); the keys are the same integers

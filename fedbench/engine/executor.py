@@ -363,6 +363,8 @@ class VectorizedExecutor(Executor):
                     for k, v in take(src, slice(a, b)).items():
                         d[k][a:b] = v
                 losses[a:b] = 0
+                if self.fast is not None:  # the programs of the larger chunk (buffers, graphs' memory) go too
+                    self.fast.programs.clear()
                 if dev.type == "cuda":
                     torch.cuda.empty_cache()
         if perm is not None:  # back to the job's client order
