@@ -127,6 +127,8 @@ def main() -> int:
                 print(line, flush=True)
 
     work = runs.parent
+    if args.carried and not args.carried.is_dir():  # the first window: nothing was brought back yet
+        say(f"device_claims: --carried {args.carried}: no such folder, no runs carried")
     for line in carry_in(args.carried, work) if args.carried and args.carried.is_dir() else []:
         say(f"device_claims: {line}")
     before = statuses(runs)  # the runs this call makes or resumes are those whose status.json changes

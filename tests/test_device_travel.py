@@ -56,7 +56,8 @@ def test_a_run_preempted_in_one_window_resumes_in_the_next_from_what_came_back(c
     env = {**os.environ, "PYTHON": sys.executable, "FEDBENCH_CONF": str(conf), "FEDBENCH_DATA": str(tmp_path)}
     # window 1: stopped (SIGTERM to device_claims, the budget's own path) once a run has 2 rounds behind it
     out1, work1 = tmp_path / "w1" / "out", tmp_path / "w1" / "work"
-    proc = subprocess.Popen(device_claims(out1, work1, "--budget", "600"), env=env, stdout=subprocess.DEVNULL)
+    first = device_claims(out1, work1, "--budget", "600", "--carried", str(tmp_path / ".device-runs"))  # none yet
+    proc = subprocess.Popen(first, env=env, stdout=subprocess.DEVNULL)
     sweep1 = work1 / "claims" / "smoke" / "fedka"
     for _ in range(3000):
         if any(json.loads(f.read_text() or "{}").get("round", 0) >= 2 for f in sweep1.glob("*/status.json")):
@@ -73,6 +74,7 @@ def test_a_run_preempted_in_one_window_resumes_in_the_next_from_what_came_back(c
     assert all(r < ROUNDS for r in stopped.values())
     packed = {d for d, r in stopped.items() if r > 0}  # a run stopped in round 1 has nothing to keep
     assert f"checkpoints: {len(packed)} unfinished run(s) in 1 file(s)" in report, report
+    assert f"--carried {tmp_path / '.device-runs'}: no such folder, no runs carried" in report
     files = [f for f in out1.rglob("*") if f.is_file()]
     assert len(files) <= 8 and all(f.stat().st_size <= 16 * 2**20 for f in files)
     assert {f.name for f in files} >= {"console.txt", "report.txt", "claims.tar.gz", "checkpoints.tar.000"}
@@ -95,6 +97,7 @@ def test_a_run_preempted_in_one_window_resumes_in_the_next_from_what_came_back(c
     console = (out2 / "dc" / "console.txt").read_text()
     assert p.returncode == 0, console[-3000:]
     sweep2 = work2 / "claims" / "smoke" / "fedka"
+    assert (out2 / "dc" / "report.txt").read_text().count("device_claims: carried smoke-fedka-") == len(packed)
     for name in stopped:
         assert status(sweep2 / name)["status"] == "complete"
         resumed = f"fedbench: resuming {sweep2 / name} after round {stopped[name]}"
