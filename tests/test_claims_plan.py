@@ -190,14 +190,14 @@ def test_seeds_after_the_first_look_are_conditional_and_dropped_when_it_decides(
     assert [r for r in two["beats_fedavg"].runs if r.look == 2]
 
 
-def _records(pc, scale: str, values: dict, path) -> None:
-    """Complete records of table1's runs at ``values`` {(algorithm, seed): pers/acc_mean.last}."""
+def _records(pc, scale: str, experiment: str, value, path, metric: str = "pers/acc_mean") -> None:
+    """Complete records of an experiment's runs whose ``value(run)`` is a number (``metric``'s last, best, final and
+    its round-1 value)."""
     from fedbench.claims.results import RunSet
 
-    exp = pc.experiments["table1"][scale]
     lines = []
-    for r in RunSet(pc, scale, path.parent, found=[]).runs(exp):
-        v = values.get((r.choices["algorithm"], r.seed))
+    for r in RunSet(pc, scale, path.parent, found=[]).runs(pc.experiments[experiment][scale]):
+        v = value(r)
         if v is None:
             continue
         rec = {
@@ -208,8 +208,8 @@ def _records(pc, scale: str, values: dict, path) -> None:
             "overrides": r.overrides,
             "choices": r.choices,
             "config": r.config,
-            "summary": {"status": "complete", "metrics": {"pers/acc_mean": {"last": v, "best": v, "final": v}}},
-            "rounds": {"1": {"round": 1, "pers/acc_mean": v}},  # converges_faster: the mean over rounds
+            "summary": {"status": "complete", "metrics": {metric: {"last": v, "best": v, "final": v}}},
+            "rounds": {"1": {"round": 1, metric: v}},  # converges_faster: the mean over rounds
             "machine": "a test",
         }
         lines.append(json.dumps(rec))
@@ -238,7 +238,7 @@ def test_records_decisive_at_the_first_look_plan_no_later_seeds(fedcom_plan):
     jitter = {0: 0.0, 1: 0.7, 2: -0.4}
     values = {(a, s): (v + jitter[s]) / 100 for a, v in base.items() for s in jitter}
     path = tmp / "decisive.jsonl"
-    _records(pc, "smoke", values, path)
+    _records(pc, "smoke", "table1", lambda r: values.get((r.choices["algorithm"], r.seed)), path)
     plans = {p.claim: p for p in plan_paper(pc, "smoke", path, conf=conf)}
     table1 = [p for p in plans.values() if p.experiment == "table1"]
     assert [(p.claim, p.outcome.verdict, p.outcome.look) for p in table1] == [
@@ -320,3 +320,49 @@ def test_page_note_is_the_papers_plan_in_order():
     rows = [line.split(" | ")[1] for line in note.splitlines() if line.startswith("| ") and line[2].isdigit()]
     assert rows == [p.claim for p in plans]
     assert all(r.cpu_sized for p in plans for r in p.runs)  # FedCOM's paper scale: CPU-sized
+
+
+def _fedka(tmp_path):
+    """conf/claims/fedka.yaml with its smoke scale at 5 judged seeds and one tune seed."""
+    node = yaml.safe_load((REPO / "conf" / "claims" / "fedka.yaml").read_text())
+    node["scales"]["smoke"].update(seeds=SEEDS, tune_seeds=[5])
+    path = tmp_path / "claims" / "fedka.yaml"
+    path.parent.mkdir()
+    path.write_text(yaml.safe_dump(node, sort_keys=False))
+    return load_file(path)
+
+
+def test_a_tuned_row_runs_one_grid_value_at_the_judged_seeds(tmp_path):
+    """FedKA's β is chosen on the tune seeds: at the judged seeds only FedAvg and the chosen β run — the grid's first
+    value standing for it while the tune seeds are not in, the chosen one once they are."""
+    pc = _fedka(tmp_path)
+    conf = _conf(tmp_path, {}, {})
+    arms = pc.experiments["tuned"]["smoke"].sweep["experiment/fedka/arm@_global_"]
+    betas = sorted(float(a.split("_")[1]) for a in arms if a.startswith("fedka_"))
+
+    def beats(records):
+        plans = plan_paper(pc, "smoke", records, conf=conf)
+        return next(p for p in plans if p.claim == "beats_fedavg")
+
+    before = beats(tmp_path / "none.jsonl")
+    tune = [r for r in before.runs if r.seed == 5]
+    judged = [r for r in before.runs if r.seed in SEEDS]
+    assert len(tune) == len(arms) and [r.seed for r in before.runs[: len(tune)]] == [5] * len(tune)  # tune first
+    assert len(judged) == 2 * len(SEEDS)  # fedavg and one β per judged seed
+    chosen = {dict(r.key)["experiment/fedka/arm@_global_"] for r in judged if r.algorithm == "fedka"}
+    assert chosen == {f"fedka_{betas[0]:g}"}
+    assert all("stands for the beta" in r.cost for r in judged if r.algorithm == "fedka")
+    # the tune seed's runs in, the last β best (not the one that stood for it): the judged seeds run that one
+    assert len(betas) >= 2
+    best = f"fedka_{betas[-1]:g}"
+
+    def value(r):
+        arm = dict(r.overrides)["experiment/fedka/arm@_global_"]
+        return (0.7 if arm == best else 0.5) if r.seed == 5 else None
+
+    path = tmp_path / "tuned.jsonl"
+    _records(pc, "smoke", "tuned", value, path, metric="global/acc")
+    after = beats(path)
+    assert not [r for r in after.runs if r.seed == 5]
+    arms_after = {dict(r.key)["experiment/fedka/arm@_global_"] for r in after.runs}
+    assert arms_after == {"fedavg", best} and len(after.runs) == 2 * len(SEEDS)

@@ -6,7 +6,8 @@ the committed records (docs/results/<paper>/runs.jsonl) do not hold as an outcom
 shared by several claims counted once, under the first claim in the plan's order. Seeds follow the group-sequential
 rule (predicates.py's ``LOOKS``): the scale's first ``LOOKS[0]`` seeds (and a tuned claim's tune seeds) are planned
 for sure; the others only if the first look is not decisive, and not at all once the records give a claim a verdict
-at look 1 (``Outcome.look == 1``, read through results.py as the pages read it).
+at look 1 (``Outcome.look == 1``, read through results.py as the pages read it). A tuned row (FedKA's β) needs, at
+the judged seeds, only its grid value chosen on the tune seeds (:func:`tuned_runs`).
 
 Order: each paper's headline comparison first (``HEADLINE``), then the claims on a single setting, then the sweeps
 (a swept setting: α, participation, epochs, clients, IF, ...); within a tier, the claim whose runs not yet planned
@@ -27,6 +28,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..report.runs import canon
 from ..report.runtime import claims_estimates, gpu_figures, gpu_scaled, hours, plan_settings
 from .predicates import LOOKS, NEEDS_DATA, NOT_RUN, Outcome
 from .results import RunSet, evaluate_claim
@@ -219,20 +221,47 @@ def plan_paper(
         later = not decided_at_first_look(cp.outcome)
         first = first_look(exp)
         by_key = {frozenset(r.overrides.items()): r for r in runset.runs(exp)}
-        order = {s: i for i, s in enumerate(exp.seeds)}
+        tuned = tuned_runs(claim, exp, [by_key[k] for k in res.run_ids], res.tuned)
+        tune_first = {s: i for i, s in enumerate([*exp.scale.tune_seeds, *exp.scale.seeds])}
         for key in res.run_ids:
             r = by_key[key]
-            if r.status in OUTCOMES or (r.seed not in first and not later):
+            if r.status in OUTCOMES or (r.seed not in first and not later) or tuned.get(key) is False:
                 continue
             alg = algorithm_of(r)
             gpu_s, cpu_s, rounds, cost = run_cost(pc.paper, scale, exp.name, alg, figures, est_all)
+            cost += tuned.get(key) or ""
             cp.runs.append(
                 Planned(key, int(r.seed), exp.name, alg, 1 if r.seed in first else 2, rounds, gpu_s, cpu_s, cost)
             )
             cp.runs[-1].cpu_sized = cpu_sized(cpu_s, settings)
-        cp.runs.sort(key=lambda p: (p.look, order.get(p.seed, p.seed)))
+        cp.runs.sort(key=lambda p: (p.look, tune_first.get(p.seed, p.seed)))
         plans.append(cp)
     return order_plans(plans)
+
+
+def tuned_runs(claim, exp, runs: list, choices: dict) -> dict:
+    """A tuned row (FedKA's β) is judged at its grid value chosen on the tune seeds (results.tune), so at the judged
+    seeds only that value's runs are needed: {run key: False} for the others. While the tune seeds' runs are not all
+    in, the choice is not known: the grid's first value stands for it ({run key: " (stands for the <key> the tune
+    seeds choose)"}; every grid value costs the same here), the others are False; a kept run's value says why."""
+    out: dict = {}
+    for r in runs:
+        row = canon(r.key(claim.by))
+        col = canon(r.key(claim.over)) if claim.over else None
+        choice = choices.get((row, col))
+        if choice is None or r.seed not in exp.scale.seeds:
+            continue
+        key = frozenset(r.overrides.items())
+        if choice.chosen is not None:
+            keep = canon(r.key(choice.key)) == choice.chosen
+            out[key] = f" ({choice.short} = {choice.chosen}, chosen on the tune seeds)" if keep else False
+            continue
+        same = [x for x in runs if x.seed == r.seed and canon(x.key(claim.by)) == row]
+        same = [x for x in same if not claim.over or canon(x.key(claim.over)) == col]
+        grid = sorted({canon(x.key(choice.key)) for x in same} - {"None"}, key=float)
+        first = bool(grid) and canon(r.key(choice.key)) == grid[0]
+        out[key] = f" (stands for the {choice.short} the tune seeds choose)" if first else False
+    return out
 
 
 def order_plans(plans: list[ClaimPlan]) -> list[ClaimPlan]:
