@@ -378,16 +378,18 @@ def eager_vs_fast(device, dtype, compile: bool, graphs: bool) -> dict:
     return out
 
 
-def device_check(device: str = "cuda", compile: bool = True) -> dict:
+def device_check(device: str = "cuda", compile: bool = True, precisions=("fp64", "fp32")) -> dict:
     """The fast paths against the eager step on ``device`` (the first-GPU command's equality section): per case —
     ``graphs``, ``compile``, ``compile+graphs``, each in fp64 and fp32 — what :func:`eager_vs_fast` returns and
     ``ok`` (every difference within its bound); ``ok`` overall. On a device other than CUDA the graphs cases run
     without the capture call (``captures`` counts the warm-ups, ``captured`` says false): a rehearsal of the code
     path, not of the capture. ``compile=False`` leaves the compiled cases out (inductor compiles each bucket:
-    ~1-2 min per case on a 2-core CPU, to be measured on the device)."""
+    ~1-2 min per case on a 2-core CPU, to be measured on the device); ``precisions``: a subset of fp64, fp32."""
     dev = torch.device(device)
     cases = {}
     for precision, dtype in (("fp64", torch.float64), ("fp32", torch.float32)):
+        if precision not in precisions:
+            continue
         for name, comp, graphs in (("graphs", False, True), ("compile", True, False), ("compile+graphs", True, True)):
             if comp and not compile:
                 continue
