@@ -450,7 +450,9 @@ def gpu_figures_now(committed_records, device: str = "NVIDIA H200") -> dict:
 
 
 def _gpu_h(seconds: float) -> str:
-    return f"{seconds / 3600:.1f}"
+    """GPU-hours, two significant digits (``0.024``, ``7.9``, ``713``)."""
+    h = seconds / 3600
+    return f"{h:.2g}" if h < 10 else f"{h:,.0f}"
 
 
 def totals(plans: list[ClaimPlan]) -> dict:
