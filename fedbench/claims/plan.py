@@ -589,7 +589,8 @@ def print_plan(plans_by_paper: dict, scale: str, console=None, runs: bool = Fals
                     console.print(
                         escape(
                             f"  {i}. {p.claim}: seed {r.seed} {r.algorithm} look {r.look}, "
-                            f"{'?' if r.gpu_s is None else f'{r.gpu_s / 60:.1f}'} GPU-min, {r.cost}: "
+                            f"{'?' if r.gpu_s is None else f'{r.gpu_s / 60:.1f}'} GPU-min, {r.cost}; CPU "
+                            f"{'?' if r.cpu_s is None else hours(r.cpu_s)}{' (CPU-sized)' if r.cpu_sized else ''}: "
                             f"{json.dumps(dict(sorted(r.key)), sort_keys=True)}"
                         )
                     )
