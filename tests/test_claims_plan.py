@@ -267,7 +267,8 @@ def test_the_stored_gpu_figures_are_what_the_report_and_records_give():
     from fedbench.report.runtime import gpu_figures
 
     assert gpu_figures(REPO / "conf") == gpu_figures_now(committed_records), (
-        "conf/runtimes.yaml's gpu figures are stale: `fedbench-claims plan --measure --data-root <data>`"
+        "conf/runtimes.yaml's gpu figures are not what gpu_check's report and the records give: "
+        "`fedbench-claims plan --figures` (then regenerate README's paper-plan block)"
     )
 
 

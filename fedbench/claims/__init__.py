@@ -6,7 +6,8 @@ judged seed-paired (docs/claims.md).
                            [--pictures pdf,svg]
     fedbench-claims check [<paper|all>]
     fedbench-claims record <paper|all> [--scale cpu|paper|smoke] [--runs DIR] [--out DIR]
-    fedbench-claims plan [<paper> ...] [--scale paper] [--markdown] [--each-run] [--measure [--data-root DIR]]
+    fedbench-claims plan [<paper> ...] [--scale paper] [--markdown] [--each-run]
+                         [--measure [--data-root DIR] | --figures]
 
 ``run`` launches, per scale and paper, the multiruns the claims need (one ``fedbench -m`` per experiment, all in
 ``<runs>/<scale>/<paper>``); finished runs are reused and interrupted ones resumed. ``report`` prints, and writes to
@@ -202,6 +203,11 @@ def plan_command(args) -> int:
             raise ClaimsError(f"--scale {args.scale!r} — {name} has the scales {', '.join(load(name).scales)}")
     if args.measure:
         measure(names, args.scale, args.data_root, log=lambda m: print(f"fedbench-claims: {m}", file=sys.stderr))
+    elif args.figures:
+        from ..report.runtime import update
+        from .plan import conf_dir, gpu_figures_now
+
+        update(conf_dir(), "gpu", {"figures": gpu_figures_now(committed_records)})
     plans = {name: plan_paper(load(name), args.scale, committed_records(name)) for name in names}
     if args.markdown:
         print(markdown(plans, args.scale), end="")
@@ -273,6 +279,9 @@ def main(argv=None) -> int:
         help="first store the CPU estimate of each experiment and the GPU figures in conf/runtimes.yaml (needs data)",
     )
     pl.add_argument("--data-root", help="with --measure: where the datasets are (default $FEDBENCH_DATA)")
+    pl.add_argument(
+        "--figures", action="store_true", help="first store the GPU figures only (no data needed: new GPU records)"
+    )
     c = sub.add_parser("check", help="compose every experiment and check every claim; runs nothing")
     c.add_argument("paper", nargs="?", default="all")
     args, rest = ap.parse_known_args(argv)  # overrides may come after the options too
