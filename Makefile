@@ -36,13 +36,16 @@ gpu-check: setup  ## on a GPU machine: env, equality, syncs, settings, clients s
 
 # The GPU machine, rehearsed here: a venv with only the GPU image's packages (symlinked from .venv; REHEARSAL_PY=<a
 # python with another torch> rehearses that torch), the travel kit of scripts/device_prep.sh, then the exact GPU
-# command in --cpu-smoke mode. Its report: .rehearsal/out/report.txt.
+# command and the device benchmark (docs/gpu.md) in --cpu-smoke mode. Their reports: .rehearsal/out/report.txt and
+# .rehearsal/bench/report.txt.
 REHEARSAL_PY ?= $(BIN)/python
 gpu-rehearsal: setup
 	bash scripts/device_prep.sh
 	$(REHEARSAL_PY) scripts/device_kit.py rehearsal-env .rehearsal/venv
 	rm -rf .rehearsal/out
 	env -u FEDBENCH_DATA PYTHON=.rehearsal/venv/bin/python bash scripts/gpu_check.sh --out .rehearsal/out --cpu-smoke --budget 900
+	rm -rf .rehearsal/bench   # with a --variant, as the next window passes the keys of the fast paths
+	env -u FEDBENCH_DATA PYTHON=.rehearsal/venv/bin/python bash scripts/gpu_check.sh --bench --out .rehearsal/bench --cpu-smoke --budget 900 --variant tf32on:hardware.tf32=true
 
 clean:
 	rm -rf outputs .cache .pytest_cache .rehearsal

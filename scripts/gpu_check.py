@@ -60,30 +60,41 @@ sys.path[:0] = [str(REPO), str(REPO / "scripts")]
 ASSUMED_MS = {"mlp": 0.3, "tiny_cnn": 0.5, "cnn": 1.0, "tcnn": 2.0, "alexnet": 2.0, "resnet32": 8.0, "resnet50": 40.0}
 ASSUMED_SETUP_S = 2.0
 
+# The seed papers' paper-scale settings (the claims files' paper scale), ONE definition for section 4 here and for
+# scripts/device_bench.py: key -> (label, claims file (None: ``experiment`` is a plain Hydra experiment), experiment,
+# arms (the values of the experiment's sweep that name a method; None: the experiment as it is)).
+PAPER_SETTINGS = {
+    "fedka": ("FedKA Table 1, CIFAR-10, t-CNN", "fedka", "table1", ("fedavg", "fedka_0.01")),
+    "fedrema": ("FedReMa Table 1, CIFAR-10, AlexNet", "fedrema", "table1", ("fedavg", "fedrema")),
+    "ecl": ("ECL Table 1, CIFAR-10-LT, ResNet-32", "ecl", "table1", ("ecl",)),
+    "fedcom": ("FedCOM Table 1, MNIST, LeNet", "fedcom", "table1", ("fedavg", "fedcom")),
+    "cafeme": ("CAFeMe Table 1, RMNIST shards", "cafeme", "table1", ("fedavg", "cafeme")),
+    "pfl": ("pfl-research CIFAR-10 benchmark shape", None, "peers/pfl_cifar10", (None,)),
+}
+# Tiny synthetic data in place of a setting's own (--cpu-smoke; the settings without the data on a GPU)
+SMOKE_DATA = [
+    "dataset=synthetic",
+    "dataset.shape=[3,32,32]",
+    "dataset.train_per_class=12",
+    "dataset.test_per_class=3",
+    "clients=3",
+    "partition.min_size=2",
+    "lr=0.01",  # on 36 synthetic images some settings blow up (ECL's loss reaches 5e3 in round 2); speed
+    "divergence.factor=null",  # does not depend on it: stop only on non-finite values
+]
+
 SIZES = {
     "gpu": {
         "eq_rounds": 2,
         "eq_cases": 4,
         # (label, paper, experiment, arms; the first arm also with TF32 and bf16 if `all numerics`; est. s per build =
         # 2 rounds x batched calls per round (E x the longest client's steps) x an assumed ms per call + evaluation)
+        # (PAPER_SETTINGS key, all numerics: the first arm also with TF32 and bf16; est. s per build = 2 rounds x
+        # batched calls per round (E x the longest client's steps) x an assumed ms per call + evaluation)
         "settings": [
-            (
-                "FedKA Table 1, CIFAR-10, t-CNN",
-                "fedka",
-                "table1",
-                ["fedavg", "fedka_0.01"],
-                True,
-                2 * 10 * 120 * 3e-3 + 4,
-            ),
-            (
-                "FedReMa Table 1, CIFAR-10, AlexNet",
-                "fedrema",
-                "table1",
-                ["fedavg", "fedrema"],
-                True,
-                2 * 5 * 5 * 4e-3 + 4,
-            ),
-            ("ECL Table 1, CIFAR-10-LT, ResNet-32", "ecl", "table1", ["ecl"], False, 2 * 10 * 100 * 15e-3 + 6),
+            ("fedka", True, 2 * 10 * 120 * 3e-3 + 4),
+            ("fedrema", True, 2 * 5 * 5 * 4e-3 + 4),
+            ("ecl", False, 2 * 10 * 100 * 15e-3 + 6),
         ],
         "setting_overrides": [],
         "sweep": [10, 50, 100, 200],
@@ -95,20 +106,11 @@ SIZES = {
     "smoke": {
         "eq_rounds": 1,
         "eq_cases": 2,
-        "settings": [
-            ("FedKA Table 1 (smoke: tiny data)", "fedka", "table1", ["fedavg"], True, 3.0),
-            ("ECL Table 1 (smoke: tiny data)", "ecl", "table1", ["ecl"], False, 5.0),
-        ],
-        "setting_overrides": [
-            "dataset=synthetic",
-            "dataset.shape=[3,32,32]",
-            "dataset.train_per_class=12",
-            "dataset.test_per_class=3",
-            "clients=3",
+        "settings": [("fedka", True, 3.0), ("ecl", False, 5.0)],
+        "setting_arms": 1,  # the first arm of each
+        "setting_overrides": [  # SMOKE_DATA: tiny synthetic data
+            *SMOKE_DATA,
             "local_epochs=1",
-            "partition.min_size=2",
-            "lr=0.01",  # on 36 synthetic images some settings blow up (ECL's loss reaches 5e3 in round 2); speed
-            "divergence.factor=null",  # does not depend on it: stop only on non-finite values
         ],
         "sweep": [2, 4],
         "sweep_model": ("mlp", "1,8,8", 16, 32),
@@ -139,6 +141,8 @@ FP32_FACTOR = 10.0
 class Report:
     """Lines to the console and report.txt as they come; measurements to bench.json after each one."""
 
+    json_name = "bench.json"
+
     def __init__(self, out: Path, budget: float):
         self.out = out
         out.mkdir(parents=True, exist_ok=True)
@@ -162,9 +166,9 @@ class Report:
         self.save()
 
     def save(self) -> None:
-        tmp = self.out / "bench.json.tmp"
+        tmp = self.out / f"{self.json_name}.tmp"
         tmp.write_text(json.dumps(self.data, indent=1, default=str))
-        tmp.replace(self.out / "bench.json")
+        tmp.replace(self.out / self.json_name)
 
     def elapsed(self) -> float:
         return time.monotonic() - self.t0
@@ -376,6 +380,17 @@ def paper_job(paper: str, exp_name: str, scale: str, arm: str | None, seed: int 
     raise LookupError(f"{paper} {exp_name} {scale}: no job with arm {arm} and seed {seed}")
 
 
+def setting_args(setting: str, arm: str | None, data: str | None = None) -> list[str]:
+    """The fedbench overrides of a PAPER_SETTINGS entry's arm at paper scale (its first seed), with ``data``."""
+    _, paper, exp_name, _ = PAPER_SETTINGS[setting]
+    if paper is None:
+        args = [f"+experiment={exp_name}"]
+    else:
+        exp, job = paper_job(paper, exp_name, "paper", arm)
+        args = list(exp.job_args(job))
+    return args + ([f"data_root={data}"] if data else [])
+
+
 def time_rounds(r, dev: torch.device) -> dict:
     """A warm-up round (cuDNN benchmarks its shapes), then one timed round: training and evaluation apart."""
     algo, clients = r.algorithm, r.sample_clients(1)
@@ -414,9 +429,13 @@ def paper_run_seconds(cfg, m: dict) -> float:
 
 
 def measure_job(dev: torch.device, exp, job: dict, data: str | None, extra: list[str] = ()) -> dict:
-    """Two rounds of a claims experiment's job (time_rounds), and the time a whole run of it would take."""
+    """Two rounds of a claims experiment's job (time_rounds), and the time a whole run of it would take. The run is
+    built with its own number of rounds, so that the timed round 2 is an ordinary one: built with ``rounds=2`` it
+    was the last, where ECL's phase II (once per run: all K clients' calibrated models and experts,
+    algorithms/oneshot.py) and its personalized evaluation ran inside the timed round — the 2026-11-26 H200 run's
+    37 s "round" and 310-min paper run (docs/gpu.md)."""
     args = [*exp.job_args(job), *([f"data_root={data}"] if data else [])]
-    r = built([*args, "rounds=2", "logger=none", f"hardware.device={dev}", *extra])
+    r = built([*args, "logger=none", f"hardware.device={dev}", *extra])
     m = time_rounds(r, dev)
     full = compose(args)
     m.update(paper_run_s=paper_run_seconds(full, m), rounds=int(full.rounds))
@@ -433,12 +452,13 @@ def settings(rep: Report, dev: torch.device, size: dict, data: str | None, estim
             ("fp32+TF32", ["hardware.precision=fp32", "hardware.tf32=true"]),
             ("bf16", ["hardware.precision=bf16"]),
         ]
-    for label, paper, exp_name, arms, all_numerics, _ in size["settings"]:
-        for i, arm in enumerate(arms):
-            exp, job = paper_job(paper, exp_name, "paper", arm)
+    for setting, all_numerics, _ in size["settings"]:
+        label, paper, exp_name, arms = PAPER_SETTINGS[setting]
+        for i, arm in enumerate(arms[: size.get("setting_arms")]):
             for name, nov in numerics if i == 0 and all_numerics else numerics[:1]:
                 key = f"{label} [{arm or 'first arm'}] {name}"
                 try:
+                    exp, job = paper_job(paper, exp_name, "paper", arm)
                     m = measure_job(dev, exp, job, data, [*nov, *size["setting_overrides"]])
                 except Exception as e:  # noqa: BLE001  (one setting's failure; the others are still measured)
                     rep.check(f"{key}: measured", False, f"{type(e).__name__}: {str(e).splitlines()[0]}")
@@ -799,7 +819,7 @@ def main() -> int:
 
     mem, cl, sm = size["memory"], size["sweep"], size["sweep_model"]
     eq_runs = size["eq_cases"] * 4 + (3 if dev.type == "cuda" else 0)
-    n_set = [(len(arms) + 2 * a, est) for *_, arms, a, est in size["settings"]]
+    n_set = [(len(PAPER_SETTINGS[k][3][: size.get("setting_arms")]) + 2 * a, est) for k, a, est in size["settings"]]
     sections = [
         ("1. env and numerics flags", "flags only", 1.0),
         (
