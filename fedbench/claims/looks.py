@@ -25,8 +25,11 @@ DRAWS = 4000  # simulated look-1 data per claim (Monte-Carlo se of a stopping ch
 def stop_chance(tests: list[Test], tolerance: float, rng) -> float:
     """P(look 1 decides the claim) if its tests' per-seed values were normal with the observed means and covariance:
     each draw is mean + Σ_s c_s·(q_s − mean)/√(n − 1) over the n observed seeds, c ~ N(0, 1) — the sample covariance
-    exactly, the tests' correlation (a chain's shared names) kept."""
+    exactly, the tests' correlation (a chain's shared names) kept. Fewer than 2 seeds with every test: 0."""
     q = np.array([[t.per_seed[s] for s in sorted(t.per_seed, key=str)] for t in tests], dtype=float)  # tests × n
+    q = q[:, ~np.isnan(q).any(0)]  # a seed some test leaves out (both runs diverged) is left out of all
+    if q.shape[1] < 2:
+        return 0.0
     mean, dev = q.mean(1, keepdims=True), q - q.mean(1, keepdims=True)
     c = rng.standard_normal((q.shape[1], LOOKS[0], DRAWS))  # per observed seed, per drawn seed, per draw
     drawn = mean[:, :, None] + np.einsum("in,nkr->ikr", dev, c) / math.sqrt(q.shape[1] - 1)  # tests × 3 × draws

@@ -164,6 +164,11 @@ class Test:
         return list(self.per_seed.values())
 
     @property
+    def tied(self) -> list:
+        """The seeds left out: both runs of the difference diverged (a tie of two worst values says nothing)."""
+        return [s for s, v in self.per_seed.items() if np.ndim(v) == 0 and math.isnan(v)]
+
+    @property
     def gap(self) -> float | None:
         """The paper's distance from the bound on the claimed side (``within``: its room inside ±bound)."""
         return None if self.paper is None else _gap(self.op, self.bound, self.paper)
@@ -171,22 +176,22 @@ class Test:
     def power(self) -> float | None:
         """P(holds) if q's true mean were the paper's and its seed-to-seed sd the observed one; in the two-look rule
         P(holds at look 1 or at look 2) (:func:`seq_chance`)."""
-        if self.paper is None or self.n < 2:
+        if self.paper is None or self.n < 2 or not self.sd > 0:
             return None
-        if self.sequential:
+        if self.sequential and not self.tied:
             return seq_chance(self.op, self.bound, self.paper, self.sd, self.tolerance)
-        return chance(self.op, self.bound, self.paper, self.sd, self.n)
+        return chance(self.op, self.bound, self.paper, self.sd, self.n, self.alpha)
 
     def mde(self) -> float | None:
         """The minimum detectable effect: the smallest gap (as :attr:`gap`) the test detects with probability
         :data:`POWER`, at the observed sd (in the two-look rule: holds at look 1 or at look 2). For ``within``: the
         room inside the bound needed at the paper's |q| (0 without one), i.e. the smallest bound the test would confirm
         there, minus |q|."""
-        if self.n < 2:
+        if self.n < 2 or not self.sd > 0:
             return None
-        if self.sequential:
+        if self.sequential and not self.tied:
             return seq_mde(self.op, self.bound, self.paper, self.sd, self.tolerance)
-        return mde(self.op, self.bound, self.paper, self.sd, self.n)
+        return mde(self.op, self.bound, self.paper, self.sd, self.n, self.alpha)
 
 
 def _gap(op: str, bound: float, q: float) -> float:
@@ -207,9 +212,9 @@ def chance(op: str, bound: float, mu: float, sd: float, n: int, alpha: float = A
     return float(np.clip(stats.norm.cdf((hi - w - mu) / sm) - stats.norm.cdf((lo + w - mu) / sm), 0, None).mean())
 
 
-def mde(op: str, bound: float, paper: float | None, sd: float, n: int) -> float:
+def mde(op: str, bound: float, paper: float | None, sd: float, n: int, alpha: float = ALPHA) -> float:
     """The gap g at which :func:`chance` = :data:`POWER` (see :meth:`Test.mde`)."""
-    return _gap_at_power(op, bound, paper, sd, lambda op, b, mu: chance(op, b, mu, sd, n), 1e-6)
+    return _gap_at_power(op, bound, paper, sd, lambda op, b, mu: chance(op, b, mu, sd, n, alpha), 1e-6)
 
 
 def _gap_at_power(op: str, bound: float, paper: float | None, sd: float, power_at, xtol: float) -> float:
@@ -275,39 +280,40 @@ def seq_mde(op: str, bound: float, paper: float | None, sd: float, tolerance: fl
 
 
 def _p(mean, x, se, df, upper: bool):
-    """One-sided t-test p-value of H0 "true mean <= x" (``upper``) or ">= x"; se = 0 reads as an exact mean."""
-    diff = mean - x
+    """One-sided t-test p-value of H0 "true mean <= x" (``upper``) or ">= x"; 1 where there is no spread (se 0 or
+    NaN: identical values on every seed are no evidence either way — issue #52)."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        z = np.where(se > 0, diff / np.where(se > 0, se, 1.0), np.where(diff == 0, 0.0, np.sign(diff) * np.inf))
-    return stats.t.sf(z, df) if upper else stats.t.cdf(z, df)
+        z = (mean - x) / np.where(se > 0, se, np.nan)
+        p = stats.t.sf(z, df) if upper else stats.t.cdf(z, df)
+    return np.where(se > 0, p, 1.0)
 
 
 def _measure(t: Test, tolerance: float, alpha: float) -> None:
-    """The test's mean, sd, interval and raw p-values (arrays with the seeds on axis 0 give arrays)."""
+    """The test's mean, sd, interval and raw p-values (arrays with the seeds on axis 0 give arrays). A NaN value — a
+    seed where both runs of a difference diverged — is left out: n counts the others."""
     q = np.asarray(t.values, dtype=float)
-    t.n, t.mean = len(q), q.mean(0)
-    if t.n < 2:  # no interval from one seed
-        t.sd = t.lo = t.hi = np.full_like(t.mean, np.nan)
-        t.p_holds = t.p_fails = t.p_same = np.ones_like(t.mean)
-        return
-    df, b = t.n - 1, t.bound
-    t.sd = q.std(0, ddof=1)
-    se = t.sd / math.sqrt(t.n)
-    t.lo, t.hi = t.mean - stats.t.ppf(1 - alpha, df) * se, t.mean + stats.t.ppf(1 - alpha, df) * se
+    n = (~np.isnan(q)).sum(0)
+    df, b = np.maximum(n - 1, 1), t.bound
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean = np.nansum(q, 0) / n
+        sd = np.where(n > 1, np.sqrt(np.nansum((q - mean) ** 2, 0) / df), np.nan)
+    se = sd / np.sqrt(np.maximum(n, 1))
+    t.n, t.mean, t.sd = _scalar(n), mean, sd
+    t.lo, t.hi = mean - stats.t.ppf(1 - alpha, df) * se, mean + stats.t.ppf(1 - alpha, df) * se
 
     def above(x):
-        return _p(t.mean, x, se, df, True)
+        return _p(mean, x, se, df, True)
 
     def below(x):
-        return _p(t.mean, x, se, df, False)
+        return _p(mean, x, se, df, False)
 
     if t.op == "within":
         t.p_holds = np.maximum(above(-b), below(b))
         t.p_fails = np.minimum(1.0, 2 * np.minimum(below(-b), above(b)))
-        t.p_same = np.ones_like(t.mean)
+        t.p_same = np.ones_like(mean)
     else:
         t.p_holds = above(b) if t.op == ">" else below(b)
-        t.p_fails = 1.0 - t.p_holds
+        t.p_fails = np.where(se > 0, 1.0 - t.p_holds, 1.0)
         t.p_same = np.maximum(above(b - tolerance), below(b + tolerance))
 
 
@@ -358,8 +364,20 @@ def level(alpha: float) -> str:
 
 def _why(t: Test) -> str:
     """A test's verdict in a few words."""
+    tied = (
+        f"; seed{'s' * (len(t.tied) > 1)} {', '.join(map(str, t.tied))} left out: both runs diverged (no information "
+        "about their difference)"
+        if t.tied
+        else ""
+    )
     if t.n < 2:
-        return f"{t.n} seed: no interval"
+        return f"{t.n} seed{'s' * (t.n != 1)}: no interval{tied}"
+    if not t.sd > 0:
+        return f"identical on every seed ({t.label} = {t.mean:+.3g}, paired sd 0): no evidence either way{tied}"
+    return _said(t) + tied
+
+
+def _said(t: Test) -> str:
     side = f"inside ±{t.bound:g}" if t.op == "within" else f"{'above' if t.op == '>' else 'below'} {t.bound:g}"
     interval = f"{level(t.alpha)} interval [{t.lo:+.3g}, {t.hi:+.3g}]"
     if t.verdict == HOLDS:
@@ -464,10 +482,10 @@ def _missing(lacking: dict, seeds: list) -> str:
 def _judged(pred, data, cells, cols, seeds, tolerance, worst, paper, alpha, look=None) -> Outcome:
     """The rule at one look: the claim's tests on ``seeds`` at ``alpha``; ``look`` 1 or 2 in the two-look rule."""
     table = {
-        row: {col: {s: _outcome(data[row][col][s], worst) for s in seeds} for col in cols if col in data[row]}
+        row: {col: {s: _outcome(data[row][col][s]) for s in seeds} for col in cols if col in data[row]}
         for row in {row for row, _ in cells}
     }
-    tests = _tests(pred, table, cols, paper)
+    tests = _tests(pred, table, cols, paper, worst)
     on_paper = {(t.label, t.at): t.values[0] for t in _tests(pred, paper_data(paper, cols), cols, paper)}
     for t in tests:
         t.paper = on_paper.get((t.label, t.at))
@@ -490,10 +508,21 @@ def _judged(pred, data, cells, cols, seeds, tolerance, worst, paper, alpha, look
     return Outcome(verdict, f"{where}{len(tests)} tests (Holm over {len(tests)}): {counts}", tests, look)
 
 
-def _outcome(value, worst: float):
-    """A run's value; a diverged run's (non-finite) counts as ``worst``."""
+def _outcome(value):
+    """A run's value; a diverged run's (non-finite) is NaN: the tests count it as the claim's worst (:func:`_worst`)."""
     v = np.asarray(value, dtype=float)
-    return _scalar(np.where(np.isfinite(v), v, worst))
+    return _scalar(np.where(np.isfinite(v), v, np.nan))
+
+
+def _worst(v, worst: float):
+    """A run's value for a test: a diverged run (NaN) counts as ``worst``."""
+    return _scalar(np.where(np.isnan(v), worst, v))
+
+
+def _diff(x, y, worst: float):
+    """x − y of two runs, a diverged one counting as ``worst``; NaN — the seed left out of the test — where both
+    diverged: a tie of two worst values is no evidence about their difference (issue #52)."""
+    return _scalar(np.where(np.isnan(x) & np.isnan(y), np.nan, _worst(x, worst) - _worst(y, worst)))
 
 
 def _number(v) -> float | None:
@@ -509,17 +538,20 @@ def _pair(a: dict, b: dict, f) -> dict:
     return {s: f(a[s], b[s]) for s in a if s in b}
 
 
-def _expr(data: dict, terms: tuple, col) -> dict:
+def _expr(data: dict, terms: tuple, col, worst: float) -> dict:
+    """One row's runs (diverged: NaN), or the per-seed difference of two (:func:`_diff`)."""
     if len(terms) == 1:
         return _series(data, terms[0], col)
-    return _pair(_series(data, terms[0], col), _series(data, terms[1], col), lambda x, y: x - y)
+    return _pair(_series(data, terms[0], col), _series(data, terms[1], col), lambda x, y: _diff(x, y, worst))
 
 
 def _at(col) -> str | None:
     return None if col is None else str(col)
 
 
-def _tests(pred: Predicate, data: dict, cols: list, paper: dict) -> list[Test]:
+def _tests(pred: Predicate, data: dict, cols: list, paper: dict, worst: float = 0.0) -> list[Test]:
+    """The predicate's tests on ``data`` (a diverged run NaN, counting as ``worst``; a difference of two diverged runs
+    NaN, left out of its test)."""
     out = []
     if pred.kind == "order":  # every pair of names in different places of the chain
         for i, left in enumerate(pred.terms):
@@ -527,27 +559,31 @@ def _tests(pred: Predicate, data: dict, cols: list, paper: dict) -> list[Test]:
                 for a in left:
                     for b in right:
                         for col in cols:
-                            per = _pair_const(_constant_or_series(data, a, col), _constant_or_series(data, b, col))
+                            per = _pair_const(
+                                _constant_or_series(data, a, col), _constant_or_series(data, b, col), worst
+                            )
                             if per:
                                 out.append(Test(f"{a} − {b}", per, pred.op, 0.0, _at(col)))
     elif pred.kind in ("diff", "absdiff"):
         a, b = pred.terms
         for col in cols:
-            if per := _expr(data, pred.terms, col):
+            if per := _expr(data, pred.terms, col, worst):
                 out.append(
                     Test(f"{a} − {b}", per, "within" if pred.kind == "absdiff" else pred.op, pred.bound, _at(col))
                 )
     elif pred.kind == "flat":  # every two swept values within ±bound of each other
         label = " − ".join(pred.terms)
+        one = len(pred.terms) == 1  # one row's runs: a diverged one counts as worst; a difference's NaN stays NaN
         for i, c1 in enumerate(cols):
             for c2 in cols[i + 1 :]:
-                if per := _pair(_expr(data, pred.terms, c1), _expr(data, pred.terms, c2), lambda x, y: x - y):
+                e1, e2 = _expr(data, pred.terms, c1, worst), _expr(data, pred.terms, c2, worst)
+                if per := _pair(e1, e2, (lambda x, y: _diff(x, y, worst)) if one else (lambda x, y: x - y)):
                     out.append(Test(f"{label} difference", per, "within", pred.bound, f"{c1} − {c2}"))
     elif pred.kind == "trend":  # per seed: the least-squares slope over the swept values times their span
         by_seed: dict = {}
         for col in cols:
-            for s, v in _expr(data, pred.terms, col).items():
-                by_seed.setdefault(s, []).append((_x(col), v))
+            for s, v in _expr(data, pred.terms, col, worst).items():
+                by_seed.setdefault(s, []).append((_x(col), _worst(v, worst) if len(pred.terms) == 1 else v))
         per = {}
         for s, pts in by_seed.items():
             if len(pts) >= 2:
@@ -559,7 +595,7 @@ def _tests(pred: Predicate, data: dict, cols: list, paper: dict) -> list[Test]:
     elif pred.kind == "close":
         for row, col in needed(pred, cols, paper):
             p = paper[row][col]
-            if per := {s: v - p for s, v in _series(data, row, col).items()}:
+            if per := {s: _worst(v, worst) - p for s, v in _series(data, row, col).items()}:
                 out.append(Test(f"{row} − paper {p:g}", per, "within", pred.bound, _at(col)))
     return out
 
@@ -573,26 +609,32 @@ def _constant_or_series(data: dict, name: str, col):
     return {}
 
 
-def _pair_const(a, b) -> dict:
+def _pair_const(a, b, worst: float) -> dict:
     if isinstance(a, float) and isinstance(b, float):
         return {}
     if isinstance(b, float):
-        return {s: v - b for s, v in a.items()}
+        return {s: _worst(v, worst) - b for s, v in a.items()}
     if isinstance(a, float):
-        return {s: a - v for s, v in b.items()}
-    return _pair(a, b, lambda x, y: x - y)
+        return {s: a - _worst(v, worst) for s, v in b.items()}
+    return _pair(a, b, lambda x, y: _diff(x, y, worst))
 
 
 def paper_data(paper: dict, cols: list, seeds=(0,), spread: float = 0.0) -> dict:
     """The paper's numbers as ``data``: one pseudo-seed (``0``) each, or — for ``fedbench-claims check`` — ``seeds``
-    around each number with a small deterministic ``spread`` (mean exactly the paper's)."""
+    around each number with a small deterministic ``spread`` (mean exactly the paper's). Each number's offsets are
+    its own permutation, scaled by 1 + k/100 for the k-th number, so that no difference of two numbers is the same on
+    every seed (identical values on every seed are no evidence: issue #52)."""
     out: dict = {}
+    k = 0
     for i, (row, cells) in enumerate(paper.items()):
-        offsets = np.random.default_rng(i).permutation(len(seeds)) - (len(seeds) - 1) / 2
-        for col in cols:
+        for j, col in enumerate(cols):
             v = _number(cells.get(col) if isinstance(cells, dict) else cells)
             if v is not None:
-                out.setdefault(row, {})[col] = {s: float(v + spread * o) for s, o in zip(seeds, offsets)}
+                offsets = np.random.default_rng((i, j)).permutation(len(seeds)) - (len(seeds) - 1) / 2
+                out.setdefault(row, {})[col] = {
+                    s: float(v + spread * (1 + k / 100) * o) for s, o in zip(seeds, offsets)
+                }
+                k += 1
     return out
 
 

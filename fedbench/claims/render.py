@@ -584,7 +584,11 @@ def precision_lines(results: list[ClaimResult], scales: list[str]) -> list[str]:
             if t is None or u is None or (u.label, u.at) != (t.label, t.at):
                 cells = [_md(t and _shown_test(t) or ""), "", "", "", ""]
             else:
-                seeds = sorted(set(t.per_seed) & set(u.per_seed), key=str)
+                seeds = [
+                    k
+                    for k in sorted(set(t.per_seed) & set(u.per_seed), key=str)
+                    if not math.isnan(t.per_seed[k]) and not math.isnan(u.per_seed[k])
+                ]
                 delta = [u.per_seed[k] - t.per_seed[k] for k in seeds]
                 cells = [
                     _md(_shown_test(t)) + (f" at {t.at}" if t.at else ""),
@@ -602,6 +606,8 @@ def precision_lines(results: list[ClaimResult], scales: list[str]) -> list[str]:
 
 
 def _interval(t: Test, d: int) -> str:
+    if t.n < 1:  # every seed left out (both runs diverged)
+        return "—"
     return fmt(t.mean, d, sign=True) + (f" [{fmt(t.lo, d, sign=True)}, {fmt(t.hi, d, sign=True)}]" if t.n > 1 else "")
 
 
@@ -786,7 +792,8 @@ def test_table(res: ClaimResult) -> list[str]:
     ]
     for t in res.outcome.tests:
         per = ", ".join(
-            f"{s}: {fmt(v, d, sign=True)}" for s, v in sorted(t.per_seed.items(), key=lambda kv: str(kv[0]))
+            f"{s}: {'both diverged' if math.isnan(v) else fmt(v, d, sign=True)}"
+            for s, v in sorted(t.per_seed.items(), key=lambda kv: str(kv[0]))
         )
         power = t.power()
         md.append(
