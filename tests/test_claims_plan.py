@@ -253,12 +253,17 @@ def test_report_figures_read_gpu_checks_section_4():
         "fedbench gpu_check 2031-02-03T04:05:06Z, budget 1 s\ncuda: NVIDIA X9, 12.5 GiB, compute capability 9.0\n"
         "FedKA Table 1, CIFAR-10, t-CNN [fedavg] fp32: 2.25 s training + 0.75 s evaluation per round (warm-up)\n"
         "FedKA Table 1, CIFAR-10, t-CNN [fedavg] bf16: 9.5 s training + 9.5 s evaluation per round (warm-up)\n"
+        "ECL Table 1, CIFAR-10-LT, ResNet-32 [ecl] fp32: 37.5 s training + 4.25 s evaluation per round (warm-up round "
+        "13.75 s), 2760 sample-gradients/s\n"
     )
     got = report_figures(text, "r.txt")
-    assert list(got) == ["fedka/paper/tuned/fedavg"]  # the fp32 line only: the claims' runs are fp32
+    # the fp32 lines only (the claims' runs are fp32); ECL's timed round held its phase II: its warm-up round stands
+    assert list(got) == ["fedka/paper/tuned/fedavg", "ecl/paper/table1/ecl"]
     fig = got["fedka/paper/tuned/fedavg"]
     assert (fig["train_s"], fig["eval_s"], fig["device"], fig["date"]) == (2.25, 0.75, "NVIDIA X9", "2031-02-03")
     assert fig["source"].startswith("r.txt section 4: FedKA Table 1")
+    ecl = got["ecl/paper/table1/ecl"]
+    assert (ecl["train_s"], ecl["eval_s"]) == (13.75, 0.0) and "warm-up round" in ecl["source"]
 
 
 def test_the_stored_gpu_figures_are_what_the_report_and_records_give():
