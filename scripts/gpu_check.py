@@ -251,6 +251,20 @@ def env(rep: Report, dev: torch.device) -> None:
 
 
 # ---- 2. equality ------------------------------------------------------------------------------------------------
+def fast_paths(rep: Report, dev: torch.device) -> None:
+    """The vectorized step's fast paths (hardware.cuda_graphs, hardware.compile; docs/fast_paths.md) against the eager
+    step: CUDA-graph replay and the compiled step, fp64 and fp32, on the GPU; off it, the graphs' code path without
+    the capture call, fp64 only (compiling takes minutes on a CPU)."""
+    from fedbench.engine.fast import device_check
+
+    cuda = dev.type == "cuda"
+    got = device_check(str(dev), compile=cuda, precisions=("fp64", "fp32") if cuda else ("fp64",))
+    for case, r in got["cases"].items():
+        rep.put("fast_paths", case, r)
+        detail = r.get("error") or ", ".join(f"{k} {v:.2g}" for k, v in r.items() if isinstance(v, float))
+        rep.check(f"fast path == eager step on {dev}: {case}", r["ok"], detail)
+
+
 def equality(rep: Report, dev: torch.device, size: dict) -> None:
     from fedbench.engine.agreement import fp32_agreement, max_diff
 
@@ -285,6 +299,7 @@ def equality(rep: Report, dev: torch.device, size: dict) -> None:
         ok, text = fp32_agreement(runs["fp32", "sequential"][0], runs["fp32", "vectorized"][0], ref, FP32_FACTOR)
         rep.put("equality", f"{name} fp32", text)
         rep.check(f"sequential == vectorized on {dev}, fp32 (TF32 off) against the fp64 answer, {name}", ok, text)
+    fast_paths(rep, dev)
     if dev.type != "cuda":
         rep.say("(the same run on the CPU and on CUDA: skipped, no GPU here)")
         return

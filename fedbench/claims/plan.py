@@ -495,6 +495,13 @@ def total_line(t: dict, scale: str) -> str:
     )
 
 
+def _minutes(seconds: float) -> str:
+    """GPU-minutes, two significant digits below 100 (``0.067``, ``4.3``, ``1,301``): a FedCOM claim's minutes are
+    not 0."""
+    m = seconds / 60
+    return f"{m:.2g}" if m < 100 else f"{m:,.0f}"
+
+
 def claim_rows(plans: list[ClaimPlan]) -> list[list[str]]:
     rows = []
     for i, p in enumerate(plans, 1):
@@ -509,7 +516,7 @@ def claim_rows(plans: list[ClaimPlan]) -> list[list[str]]:
                 "needs " + p.needs
                 if p.needs
                 else f"{p.count(1)} + {p.count(2)}" + (f" ({p.shared} shared)" if p.shared else ""),
-                f"{p.gpu(1) / 60:,.0f} + {p.gpu(2) / 60:,.0f}" if p.runs else "",
+                f"{_minutes(p.gpu(1))} + {_minutes(p.gpu(2))}" if p.runs else "",
                 "; ".join(costs),
                 ", ".join(hours(c) for c in cpu),
                 ("yes" if all(r.cpu_sized for r in p.runs) else "no") if p.runs else "",

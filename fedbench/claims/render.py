@@ -13,6 +13,7 @@ from textwrap import fill
 import numpy as np
 
 from ..report.tables import fmt, path_words
+from .plan import page_note
 from .predicates import (
     ALPHA,
     ALPHAS,
@@ -694,6 +695,8 @@ def _provenance_lines(
     md = [f"### {scale} scale", ""]
     if s and s.note:
         md += [s.note, ""]
+    if scale == "paper":  # the GPU work this scale still needs, in the order it pays (fedbench/claims/plan.py)
+        md += ["**The work left**: " + page_note(pc.paper, scale, records), ""]
     md += [
         f"* Commands: `{commands.get('run', f'fedbench-claims run {pc.paper} --scale {scale}')}` then "
         f"`{commands.get('report', f'fedbench-claims report {pc.paper} --scale {scale}')}`."
