@@ -49,15 +49,24 @@ from fedbench.claims.spec import ClaimsError, load  # noqa: E402
 
 
 def plan(
-    items: list[str], scale: str, runs: Path, seeds: list[int] | None, extra: list[str], records=committed_records
+    items: list[str],
+    scale: str,
+    runs: Path,
+    seeds: list[int] | None,
+    extra: list[str],
+    records=committed_records,
+    from_plan: bool = False,
 ) -> tuple[list, list]:
     """The jobs, in order — (paper, experiment, label, fedbench arguments), one per run still to make — and the
-    (paper claims, experiment) pairs asked for. ``records``: paper -> its records file."""
+    (paper claims, experiment) pairs asked for. ``records``: paper -> its records file. ``from_plan``: only the runs
+    `fedbench-claims plan` plans for the first look, in its order (headline claims first; a tuned row's chosen value
+    only; fedbench/claims/plan.py), instead of every run the experiments lack, seed by seed."""
     jobs, asked, seen = [], [], set()
     for item in items:
         paper, _, names = item.partition(":")
         pc = load(paper)
         needed = [e.name for e in pc.needed(scale)]
+        order = planned(pc, scale, records(paper)) if from_plan else None
         for name in names.split(",") if names else needed:
             if name not in needed:
                 raise ClaimsError(f"{item}: {name!r} is not an experiment of {paper} at {scale} ({', '.join(needed)})")
@@ -66,13 +75,27 @@ def plan(
                 raise ClaimsError(f"--seeds {seeds} — {paper} {scale} {name} runs seeds {exp.seeds}")
             asked.append((pc, exp))
             left = todo(pc, scale, exp, runs, records(paper), seeds)[1]
-            for job in sorted(left, key=lambda j: int(j["seed"])):  # seed by seed: a deadline leaves whole seeds
+            if order is None:  # seed by seed: a deadline leaves whole seeds
+                left = sorted(left, key=lambda j: int(j["seed"]))
+            else:
+                left = sorted(
+                    (j for j in left if frozenset(j.items()) in order), key=lambda j: order[frozenset(j.items())]
+                )
+            for job in left:
                 if (paper, frozenset(job.items())) in seen:
                     continue
                 seen.add((paper, frozenset(job.items())))
                 label = " ".join(f"{k.lstrip('+~')}={job[k.lstrip('+~')]}" for k in [*exp.sweep, "seed"])
                 jobs.append((paper, name, label, tuple(run_args(exp, job, extra, sweep_dir(runs, scale, paper)))))
     return jobs, asked
+
+
+def planned(pc, scale: str, records: Path) -> dict:
+    """{a run's overrides: its place} for the runs `fedbench-claims plan` plans for the first look at ``scale``."""
+    from fedbench.claims.plan import plan_paper
+
+    keys = [r.key for p in plan_paper(pc, scale, records) for r in p.runs if r.look == 1]
+    return {k: i for i, k in enumerate(dict.fromkeys(keys))}
 
 
 def main() -> int:
@@ -91,6 +114,11 @@ def main() -> int:
     )
     ap.add_argument("--dry-run", action="store_true", help="print the runs to make, in order, and stop")
     ap.add_argument(
+        "--from-plan",
+        action="store_true",
+        help="only the runs `fedbench-claims plan` plans for the first look, in its order (docs/paper_scale.md)",
+    )
+    ap.add_argument(
         "items",
         nargs="+",
         metavar="PAPER[:EXP,...] | KEY=VALUE",
@@ -104,7 +132,9 @@ def main() -> int:
     try:
         check_extra(overrides)
         seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else None
-        jobs, asked = plan([a for a in args.items if "=" not in a], args.scale, runs, seeds, extra)
+        jobs, asked = plan(
+            [a for a in args.items if "=" not in a], args.scale, runs, seeds, extra, from_plan=args.from_plan
+        )
     except ClaimsError as e:
         print(f"device_claims: {e}", file=sys.stderr)
         return 2

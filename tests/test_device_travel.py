@@ -225,3 +225,25 @@ def test_the_travelling_tree_is_measured_and_an_over_full_store_refused(tmp_path
     assert not over and line.startswith(f"{mib:.1f} MiB would travel")
     line, over = dp.travel(store, limit_mib=mib + 1.5)
     assert over and "(the largest: smoke-fedka-aaaaaaaaaaaa.tar.gz 3.0 MiB, smoke-fedka-bbbb" in line, line
+
+
+def test_from_plan_makes_the_plans_first_look_runs_in_its_order(tmp_path):
+    """`device_claims --from-plan`: the jobs are the runs `fedbench-claims plan` plans for the first look, in its
+    order (FedKA's tune seeds 5-7 before the judged seeds, only the tuned row's chosen value there), not every run the
+    experiment lacks seed by seed. From the committed records alone (no run dir, no data)."""
+    from fedbench.claims import committed_records
+    from fedbench.claims.plan import plan_paper
+    from fedbench.claims.spec import load
+
+    dc = _module("device_claims")
+    work = tmp_path / "work" / "claims"
+    jobs, _ = dc.plan(["fedka:tuned"], "paper", work, None, [], from_plan=True)
+    everything, _ = dc.plan(["fedka:tuned"], "paper", work, None, [])
+    planned = [r for p in plan_paper(load("fedka"), "paper", committed_records("fedka")) for r in p.runs]
+    arm = "experiment/fedka/arm@_global_"
+    labels = [f"{arm}={dict(r.key).get(arm)} seed={dict(r.key)['seed']}" for r in planned if r.look == 1]
+    tuned = {job[2] for job in everything}  # a run another claim's experiment plans is the same run when shared
+    assert [job[2] for job in jobs] == [x for x in dict.fromkeys(labels) if x in tuned]
+    assert len(jobs) < len(everything)
+    assert [job[2].rsplit("=", 1)[1] for job in jobs[:15]] == ["5"] * 5 + ["6"] * 5 + ["7"] * 5
+    assert everything[0][2].endswith("seed=0")  # the seed-by-seed order it replaces
