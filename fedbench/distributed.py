@@ -35,7 +35,9 @@ import os
 import re
 import socket
 import subprocess
+import time
 from datetime import timedelta
+from pathlib import Path
 
 import torch
 
@@ -168,13 +170,21 @@ class World:
         try:
             store = _store()
             gone = [r for r in range(1, self.size) if _vanished(store, r)]
+            for _ in range(20):  # a lost connection can be seen before the rank that closed it has finished exiting
+                if gone or not isinstance(e, (RuntimeError, ConnectionError)):
+                    break
+                time.sleep(0.1)
+                gone = [r for r in range(1, self.size) if _vanished(store, r)]
             told = json.loads(store.get(self._key())) if store.check([self._key()]) else None
         except Exception:
             return e
         if told is not None and not (told["signal"] and isinstance(e, Preempted)):
             return RankFailed(f"run stopped on rank {told['rank']}: {told['reason']}")
-        if told is None and gone:
+        if told is None and gone and not isinstance(e, (RuntimeError, ConnectionError)):
             return RankFailed(f"rank {gone[0]} ended without a word (killed? out of memory?), then rank 0 got a signal")
+        if told is None and gone:
+            first = (str(e).strip().splitlines() or [""])[0]
+            return RankFailed(f"lost rank {gone[0]}: it ended without a word (killed? out of memory?): {first}")
         if isinstance(e, (RuntimeError, ConnectionError)) and not isinstance(e, RunFailed):
             first = (str(e).strip().splitlines() or [""])[0]
             return RankFailed(f"lost another rank of the run: {type(e).__name__}: {first}")
@@ -198,7 +208,16 @@ def _vanished(store, rank: int) -> bool:
         return True
     except PermissionError:
         return False
-    return False
+    return _zombie(int(pid))
+
+
+def _zombie(pid: int) -> bool:
+    """A process that has ended but that its parent (the launcher) has not yet waited for: a SIGKILLed rank is one
+    until torchrun reaps it, and signal 0 still reaches it (Linux's /proc; elsewhere: never said to be)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return False
 
 
 def _store():

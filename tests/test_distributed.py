@@ -216,3 +216,29 @@ def test_a_sweep_goes_on_past_a_job_every_process_refuses(tmp_path):
     assert [r["status"] for r in rows] == ["failed", "complete", "complete"], p.stderr[-3000:]
     assert "partition='dirichlet'" in rows[0]["error"] and p.returncode == 1  # the sweep says a job failed
     assert p.stderr.count("invalid config: partition='dirichlet'") == 1  # said once, by rank 0
+
+
+def test_a_killed_rank_not_yet_reaped_by_its_launcher_has_vanished():
+    """A SIGKILLed rank stays a zombie until torchrun waits for it, and signal 0 still reaches a zombie: rank 0 must
+    see it as gone, or it reports "lost another rank" without naming it (CI, 2026-11-28: the kill-a-rank test)."""
+    from torch.distributed import HashStore
+
+    from fedbench.distributed import _vanished
+
+    store = HashStore()
+    live = subprocess.Popen(["sleep", "30"])
+    dead = subprocess.Popen(["sleep", "0"])  # never waited for here: a zombie once it has exited
+    try:
+        deadline = time.time() + 30
+        while time.time() < deadline and "Z" not in Path(f"/proc/{dead.pid}/stat").read_text().rsplit(")", 1)[1][:3]:
+            time.sleep(0.05)
+        store.set("fedbench/pid/1", f"{socket.gethostname()}:{live.pid}")
+        store.set("fedbench/pid/2", f"{socket.gethostname()}:{dead.pid}")
+        store.set("fedbench/pid/3", f"another-host-{socket.gethostname()}:{dead.pid}")
+        assert [_vanished(store, r) for r in (1, 2, 3)] == [False, True, False]
+    finally:
+        live.kill()
+        live.wait()
+        dead.wait()
+    store.set("fedbench/pid/2", f"{socket.gethostname()}:{dead.pid}")
+    assert _vanished(store, 2)  # reaped: no such process
