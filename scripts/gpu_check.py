@@ -54,6 +54,7 @@ import torch
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "scripts")]
+from device_pack import pack_finished  # noqa: E402  (claims.tar.gz: one definition, with device_claims.py)
 
 # Assumed cost of one vectorized client-step on an H100 (ms, at the workload's batch) and of building a run (s): only
 # for the plan printed at the start; the report prints planned vs taken per section so the next plan can use the truth.
@@ -759,7 +760,7 @@ def claims(rep: Report, dev: torch.device, size: dict, data: str | None, estimat
                 rep.say(f"{paper} {exp_name} {arm} seed {seed}: exit {code} after {seconds:.0f} s")
                 if code == 0:
                     done.append((paper, exp_name))
-                pack(root, archive)
+                pack_finished(root, archive)
     if not done:
         rep.say("no claim run finished")
         return
@@ -775,14 +776,6 @@ def claims(rep: Report, dev: torch.device, size: dict, data: str | None, estimat
                 n > 0,
                 f"{n} of {len(runs)} runs complete",
             )
-
-
-def pack(root: Path, archive: Path) -> None:
-    """The runs under ``root`` without their checkpoints, as one archive (rewritten after every finished run)."""
-    tmp = archive.with_suffix(".tmp")
-    with tarfile.open(tmp, "w:gz") as tar:
-        tar.add(root, arcname="claims", filter=lambda ti: None if ti.name.endswith((".pt", ".ckpt")) else ti)
-    tmp.replace(archive)
 
 
 # ---- main -------------------------------------------------------------------------------------------------------
