@@ -1,8 +1,9 @@
 """Checkpoints: the full state of a run, written atomically, loaded without executing code.
 
 A checkpoint holds everything a run needs to continue exactly: the algorithm state (all client
-and server stacks, optimizer states), the round counter, the metrics so far, the W&B run id and a
-fingerprint of the config. Randomness needs no state: every draw is keyed by (seed, purpose,
+and server stacks, optimizer states), the round counter, the metrics so far (and every line of
+``metrics.jsonl`` up to its round, which a resume writes back: fedbench/rundir.py), the W&B run id
+and a fingerprint of the config. Randomness needs no state: every draw is keyed by (seed, purpose,
 round, client) (fedbench.seeding). Files: ``checkpoints/round_<t>.pt`` plus ``.sha256``; written
 to a temporary file, fsynced, then renamed; loaded with ``torch.load(weights_only=True)``; a
 file whose checksum does not match is skipped in favour of the previous one.
@@ -252,6 +253,7 @@ class Checkpointer(Callback):
             "times": run.times,
             "evaluator_last": run.evaluator.last,
             "wandb_id": run.loggers.wandb_id,
+            "metrics_lines": run.loggers.jsonl_lines,  # metrics.jsonl as it is now (the resume rewrites it)
             "loss_reference": run.check_finite.reference,
             "config_fingerprint": fingerprint(run.cfg),
             "monitors": {n: m.state_dict() for n, m in self.monitors().items()},
@@ -281,7 +283,7 @@ class Checkpointer(Callback):
         run.check_finite.reference = saved.get("loss_reference")
         self.resumed, self.resumed_wandb_id = True, saved.get("wandb_id")
         t0 = int(saved["round"])
-        run.rundir.trim_metrics(t0)
+        run.rundir.restore_metrics(t0, saved.get("metrics_lines"))
         return t0
 
     def start_over(self) -> int:

@@ -40,21 +40,27 @@ def _jsonable(v):
 
 
 class JsonlSink:
-    """Every round's metrics as one JSON line (``metrics.jsonl``), appended and flushed."""
+    """Every round's metrics as one JSON line (``metrics.jsonl``), appended and flushed. ``lines``: every line of the
+    file, those it held when the run (re)started — rewritten from the checkpoint it resumes from
+    (:meth:`fedbench.rundir.RunDir.restore_metrics`), or none — and this session's: each checkpoint carries them, so
+    that whatever a crash does to the file, a resumed run rewrites every row of the rounds it does not run again."""
 
     def __init__(self, run_dir: Path):
         self.path = run_dir / "metrics.jsonl"
         try:
+            self.lines = self.path.read_text(encoding="utf-8").splitlines(keepends=True) if self.path.exists() else []
             self.f = open(self.path, "a", encoding="utf-8")
         except OSError as e:
             raise WriteFailed(self.path, e) from None
 
     def log(self, step: int, metrics: dict) -> None:
-        try:  # a line cut by a full disk or a kill is dropped on resume (fedbench.run)
-            self.f.write(json.dumps({"round": step, **{k: _jsonable(v) for k, v in metrics.items()}}) + "\n")
+        line = json.dumps({"round": step, **{k: _jsonable(v) for k, v in metrics.items()}}) + "\n"
+        try:  # a line cut by a full disk or a kill is rewritten from the checkpoint on resume (fedbench.rundir)
+            self.f.write(line)
             self.f.flush()
         except OSError as e:
             raise WriteFailed(self.path, e) from None
+        self.lines.append(line)
 
     def image(self, key: str, path: Path, step: int) -> None:
         self.log(step, {f"image/{key}": str(path)})
@@ -64,6 +70,8 @@ class JsonlSink:
 
     def finish(self, status: str) -> None:
         try:
+            self.f.flush()
+            os.fsync(self.f.fileno())
             self.f.close()
         except OSError:  # already reported by log()
             pass
@@ -199,6 +207,11 @@ class Loggers:
     @property
     def wandb_id(self) -> str | None:
         return next((s.id for s in self.sinks if isinstance(s, WandbSink)), None)
+
+    @property
+    def jsonl_lines(self) -> list[str] | None:
+        """The lines of metrics.jsonl so far (:class:`JsonlSink`), None without it."""
+        return next((list(s.lines) for s in self.sinks if isinstance(s, JsonlSink)), None)
 
 
 def _settings(wandb, wcfg):

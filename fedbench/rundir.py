@@ -1,9 +1,10 @@
 """A run directory's guard: one run at a time (a lock), a ``status.json`` that is always true, atomic writes.
 
 * :class:`RunDirLock` — an exclusive ``fcntl.flock`` on ``<run dir>/.fedbench.lock`` (which names its holder: pid,
-  host, start time) for the whole run. The kernel drops the lock when its process dies, however it dies, so the lock
-  file a killed run leaves behind is stale and taken over (with a message naming the dead holder); a live holder
-  makes a second run stop at once with one line naming the directory and the holder.
+  host, start time, and a heartbeat it refreshes) for the whole run. The kernel drops the lock when its process dies,
+  however it dies, so the lock file a killed run leaves behind is stale and taken over (with a message naming the
+  dead holder); a live holder makes a second run stop at once with one line naming the directory and the holder —
+  also where the flock is node-local (a cluster's shared filesystem): its fresh heartbeat refuses the second run.
 * :class:`Status` — ``status.json``: ``running`` (with the round, the time and an ETA), ``complete`` (only once the
   summary is written), ``failed`` / ``diverged`` / ``preempted`` (with the reason), rewritten atomically.
 * :func:`write_json` / :func:`atomic` (from :mod:`fedbench.files`, re-exported) — temporary file + rename: a reader
@@ -24,6 +25,7 @@ import os
 import socket
 import sys
 import tempfile
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,24 +37,88 @@ from .files import atomic, read_json, write_json, written  # noqa: F401  (re-exp
 LOCK_NAME = ".fedbench.lock"
 
 
+HEARTBEAT_TIMEOUT_S = 120.0  # a lock whose holder's heartbeat is older is stale (the holder beats every 30 s)
+LOCK_SIZE = 512  # the lock file's fixed size: a heartbeat rewrites it in place (no truncation a reader could see)
+
+
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
 
-class RunDirLock:
-    """Exclusive lock of a run directory for the whole run (see the module docstring)."""
+def _process_start(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks since boot, Linux's /proc), None where unknown; -1 if it is gone or a
+    zombie (ended, not yet reaped)."""
+    if not Path("/proc/self/stat").exists():
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return -1
+    except (OSError, IndexError):
+        return None
+    return -1 if fields[0] in ("Z", "X") else int(fields[19])
 
-    def __init__(self, run_dir: Path):
+
+def _alive_here(holder: dict) -> bool:
+    """The lock's holder names a live process of this host other than this one (the same pid reused by another
+    process since does not count: its start time differs)."""
+    try:
+        pid = int(holder["pid"])
+    except (KeyError, TypeError, ValueError):
+        return False
+    if pid == os.getpid():
+        return False
+    started = _process_start(pid)
+    if started is None:  # no /proc: signal 0 says whether the pid exists
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    return started != -1 and holder.get("pid_start") in (None, started)
+
+
+class RunDirLock:
+    """Exclusive lock of a run directory for the whole run (see the module docstring), with a heartbeat.
+
+    The kernel's ``flock`` is the lock where it works. On a cluster's shared filesystem it may be node-local (NFS
+    mounted ``nolock``, Lustre ``localflock``): two jobs on two nodes both get it. So the holder also rewrites the
+    lock file every ``timeout / 4`` s from a background thread (``heartbeat``: its clock, fsynced so that other nodes
+    read it), and a newcomer that gets the flock still refuses while the file names another host (or another live
+    process of this one) whose heartbeat is younger than ``timeout`` (:data:`HEARTBEAT_TIMEOUT_S`); an older one is
+    stale and taken over, with a line that says so."""
+
+    def __init__(self, run_dir: Path, timeout: float = HEARTBEAT_TIMEOUT_S):
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / LOCK_NAME
+        self.timeout = float(timeout)
         self.fd: int | None = None
+        self._stop, self._mutex = threading.Event(), threading.Lock()  # the heartbeat's thread and the fd
+        self._me: dict = {}
 
     def _holder(self, text: str) -> str:
+        h = self._parse(text)
+        return f"pid {h['pid']} on host {h['host']}, since {h['since']}" if h else "holder unknown"
+
+    @staticmethod
+    def _parse(text: str) -> dict | None:
         try:
             h = json.loads(text)
-            return f"pid {h['pid']} on host {h['host']}, since {h['since']}"
-        except (ValueError, KeyError, TypeError):
-            return "holder unknown"
+            return h if isinstance(h, dict) and {"pid", "host", "since"} <= set(h) else None
+        except ValueError:
+            return None
+
+    def _read(self, fd: int) -> str:
+        """The lock file's text; a few tries while it is empty or cut (its holder is writing it right now)."""
+        text = ""
+        for _ in range(20):
+            text = os.pread(fd, 4096, 0).decode(errors="replace").strip()
+            if self._parse(text):
+                break
+            time.sleep(0.05)
+        return text
 
     def acquire(self) -> None:
         while True:
@@ -60,50 +126,80 @@ class RunDirLock:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as e:
-                text = ""
-                for _ in range(20):  # the holder writes its name right after taking the lock
-                    text = os.pread(fd, 4096, 0).decode(errors="replace")
-                    if text:
-                        break
-                    time.sleep(0.05)
-                os.close(fd)
                 if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    text = self._read(fd)
+                    os.close(fd)
                     raise RunDirBusy(
                         f"{self.run_dir} is in use by another fedbench run ({self._holder(text)}); "
                         "wait for it to end, or choose another hydra.run.dir"
                     ) from None
-                print(
-                    f"fedbench: warning: cannot lock {self.run_dir} ({e.strerror}); make sure no other run uses it",
+                print(  # no flock here at all (ENOLCK): the heartbeat alone keeps a second run out
+                    f"fedbench: warning: cannot flock {self.path} ({e.strerror}); only its heartbeat keeps another run "
+                    "out",
                     file=sys.stderr,
                 )
-                self.fd = None
-                return
+                break
             try:  # a previous holder may have removed the file between our open and our lock: lock the new one
                 if os.fstat(fd).st_ino == os.stat(self.path).st_ino:
                     break
             except FileNotFoundError:
                 pass
             os.close(fd)
-        old = os.pread(fd, 4096, 0).decode(errors="replace")
-        if old.strip():  # its holder died without releasing it (the kernel dropped the lock itself)
-            print(
-                f"fedbench: took over the stale lock of {self.run_dir} ({self._holder(old)}; that run is gone)",
-                file=sys.stderr,
-            )
-        me = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": _now()}).encode()
+        old = os.pread(fd, 4096, 0).decode(errors="replace").strip()
+        if old:  # a holder the flock does not show: gone (the kernel dropped its lock), or on another node
+            self._take_over(fd, old if self._parse(old) else self._read(fd))
+        self._me = {"pid": os.getpid(), "host": socket.gethostname(), "since": _now()}
+        self._me["pid_start"] = _process_start(os.getpid())
         os.ftruncate(fd, 0)
-        os.pwrite(fd, me, 0)
         self.fd = fd
+        self._beat()
+        self._stop.clear()
+        threading.Thread(target=self._beating, name="fedbench-lock-heartbeat", daemon=True).start()
+
+    def _take_over(self, fd: int, old: str) -> None:
+        """Refuse (closing ``fd``) if the old holder lives, by its heartbeat; else say that its stale lock is taken."""
+        h = self._parse(old) or {}
+        age = time.time() - h["heartbeat"] if isinstance(h.get("heartbeat"), (int, float)) else None
+        here = h.get("host") == socket.gethostname()
+        if age is not None and age < self.timeout and (not here or _alive_here(h)):
+            os.close(fd)
+            raise RunDirBusy(
+                f"{self.path} names a live fedbench run ({self._holder(old)}, heartbeat {max(age, 0):.0f} s ago) "
+                f"whose lock this host cannot see (a shared filesystem with node-local locks: NFS nolock, Lustre "
+                f"localflock); wait for it to end (a dead one's lock is taken over once its heartbeat is "
+                f"{self.timeout:.0f} s old), or choose another hydra.run.dir"
+            )
+        why = "that run is gone"
+        if not here and age is not None:
+            why = f"its heartbeat is {age:.0f} s old, over {self.timeout:.0f} s"
+        print(f"fedbench: took over the stale lock of {self.run_dir} ({self._holder(old)}; {why})", file=sys.stderr)
+
+    def _beat(self) -> None:
+        """The holder's name and heartbeat, rewritten in place (a fixed size) and fsynced."""
+        text = json.dumps({**self._me, "heartbeat": round(time.time(), 3)}).encode().ljust(LOCK_SIZE)
+        with self._mutex:
+            try:
+                if self.fd is not None:
+                    os.pwrite(self.fd, text, 0)
+                    os.fsync(self.fd)
+            except OSError:  # (a full disk has room for it: the file keeps its size)
+                pass
+
+    def _beating(self) -> None:
+        while not self._stop.wait(self.timeout / 4):
+            self._beat()
 
     def release(self) -> None:
+        self._stop.set()
         if self.fd is None:
             return
         try:
             self.path.unlink(missing_ok=True)  # while still holding it (see acquire for the other side)
         except OSError:
             pass
-        os.close(self.fd)
-        self.fd = None
+        with self._mutex:
+            os.close(self.fd)
+            self.fd = None
 
     def __enter__(self):
         self.acquire()
@@ -393,9 +489,20 @@ class RunDir:
         complete = old.get("status") == "complete" or (
             problem is not None and (summary or {}).get("status") == "complete"
         )
-        if complete and summary is not None:
+        damage = self.metrics_damage() if complete and summary is not None else None
+        if complete and summary is not None and damage is None:
             print(f"fedbench: {self.path} is already complete; skipped (resume=false starts it over)", file=sys.stderr)
             return summary
+        if damage and owner:  # its rows after the last checkpoint are nowhere else: they are computed again
+            from .checkpoint import directory
+
+            saved = sorted(directory(self.path).glob("round_*.pt"))
+            start = f"from its checkpoint {saved[-1].name}" if saved else "from the start (no checkpoint kept)"
+            print(
+                f"fedbench: {self.path} is complete but its metrics.jsonl {damage}; running it again {start} to "
+                "rewrite every row (the same results)",
+                file=sys.stderr,
+            )
         self.previous_status = old
         return None
 
@@ -505,6 +612,7 @@ class RunDir:
     def record_complete(self, summary: dict, status: Status, guard) -> None:
         """summary.json, then status.json ``complete``: the result is recorded whole (a signal waits until it is)."""
         with guard.deferred():
+            _fsync(self.path / "metrics.jsonl")  # on disk before the run says complete (a power cut, fedbench.loggers)
             write_json(self.path / "summary.json", summary)
             status.set(status="complete", round=int(self.cfg.rounds), eta_s=0)
         if guard.received:
@@ -521,33 +629,89 @@ class RunDir:
             if p.name != LOCK_NAME:
                 shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
 
+    def restore_metrics(self, t0: int, lines: list[str] | None) -> None:
+        """metrics.jsonl as it was when the checkpoint of round ``t0`` was written: ``lines``, the checkpoint's copy of
+        every line since the run began, written back atomically and fsynced (rounds after ``t0`` are logged again by
+        this session). Its rows never come from the file, which a crash may have cut, emptied or lost (a power cut
+        may keep a checkpoint, fsynced, and lose the metrics lines written before it, never fsynced); a file that
+        lacked a row or held a cut line is kept next to it. A checkpoint without the lines (written before fedbench
+        kept them) trims the file (:meth:`trim_metrics`)."""
+        if lines is None:
+            return self.trim_metrics(t0)
+        path, text = self.path / "metrics.jsonl", "".join(lines)
+        old = path.read_text(errors="replace") if path.exists() else ""
+        if not self.cfg.logger.jsonl and not old:  # (logger.jsonl=false now and then: no file to restore)
+            return
+        lacked = not old.startswith(text)
+        what = f"lacked rows up to round {t0}" if lacked else "ended with a cut line (a crash while writing)"
+        self._rewrite_metrics(text, old, (lacked or _cut_line(old[len(text) :])) and what, f"round {t0}")
+
     def trim_metrics(self, t0: int) -> None:
         """metrics.jsonl keeps the rows of rounds <= t0: later ones are logged again by this session, so every round
         appears once. A line cut by a kill or a full disk is dropped, and the file as it was kept next to it."""
         path = self.path / "metrics.jsonl"
         if not path.exists():
             return
-        text = path.read_text(errors="replace")
-        keep, torn = [], False
-        for ln in text.splitlines():
-            try:
-                row = json.loads(ln)
-            except ValueError:
-                torn = torn or bool(ln.strip())
-                continue
-            if isinstance(row, dict) and isinstance(row.get("round"), int) and row["round"] <= t0:
-                keep.append(ln)
-        if torn:
-            copy_path = path.with_name(f"metrics.jsonl.torn-{time.strftime('%Y%m%d-%H%M%S')}")
-            with atomic(copy_path) as f:
-                f.write(text)
-            print(
-                f"fedbench: {path} ended with a cut line (a crash while writing); dropped it, the file as it was is "
-                f"kept as {copy_path.name}",
-                file=sys.stderr,
-            )
+        old = path.read_text(errors="replace")
+        keep = "".join(ln + "\n" for ln in old.splitlines() if (row := _row(ln)) and row["round"] <= t0)
+        self._rewrite_metrics(keep, old, _cut_line(old) and "ended with a cut line (a crash while writing)")
+
+    def _rewrite_metrics(self, text: str, old: str, damage: str | bool, source: str = "") -> None:
+        """metrics.jsonl becomes ``text`` (atomically, fsynced); with ``damage`` (what was wrong with it) a line says
+        so and the file as it was, ``old``, is kept as ``metrics.jsonl.torn-<time>``."""
+        path = self.path / "metrics.jsonl"
+        if damage:
+            kept = ""
+            if old.strip():
+                copy_path = path.with_name(f"metrics.jsonl.torn-{time.strftime('%Y%m%d-%H%M%S')}")
+                with atomic(copy_path) as f:
+                    f.write(old)
+                kept = f", the file as it was is kept as {copy_path.name}"
+            how = f"rewritten from the checkpoint of {source}" if source else "dropped it"
+            print(f"fedbench: {path} {damage}; {how}{kept}", file=sys.stderr)
         with atomic(path) as f:
-            f.write("".join(ln + "\n" for ln in keep))
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def metrics_damage(self) -> str | None:
+        """What a complete run's metrics.jsonl lacks (a cut line, a round without its row), or None."""
+        if not self.cfg.logger.jsonl:
+            return None
+        path = self.path / "metrics.jsonl"
+        text = path.read_text(errors="replace") if path.exists() else None
+        if text is None or _cut_line(text):
+            return "is missing" if text is None else "has a cut line"
+        rows = [row for ln in text.splitlines() if (row := _row(ln))]
+        logged = {row["round"] for row in rows if not any(k.startswith("image/") for k in row)}  # (a picture's row)
+        missing = sorted(set(range(int(self.cfg.rounds) + 1)) - logged)
+        return f"has no row for round(s) {', '.join(map(str, missing))}" if missing else None
+
+
+def _fsync(path: Path) -> None:
+    """What was written to ``path`` (by any process, through any descriptor) is on disk."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _row(line: str) -> dict | None:
+    """A line of metrics.jsonl as its row (a JSON object with an integer round), or None (blank, cut, not a row)."""
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return None
+    return row if isinstance(row, dict) and isinstance(row.get("round"), int) else None
+
+
+def _cut_line(text: str) -> bool:
+    """``text`` (lines of metrics.jsonl) holds a line that is not JSON (cut by a crash while it was written)."""
+    return any(ln.strip() and _row(ln) is None for ln in text.splitlines())
 
 
 def summary(run) -> dict:
