@@ -10,6 +10,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -102,20 +103,17 @@ def test_chains_lists_and_sweeps_combine_their_tests():
 
 
 def test_trend_is_the_fitted_change_per_seed_and_flat_every_pair():
-    """decreasing: per seed, the least-squares slope over the swept values times their span; x = 10, 50, 100 and
-    y = 86, 79, 76 give slope -443.33/4066.67 (hand-computed), change -9.81; "flat" compares every two swept values."""
+    """decreasing: per seed, the least-squares slope over the swept values' ranks times k − 1 (issue #52: ranks, not
+    the values); x = 10, 50, 100 are ranks 0, 1, 2, so y = 86, 79, 76 give slope (76 − 86)/2 = −5, change −10 (on the
+    raw values it was −9.81); "flat" compares every two swept values."""
     y = {"10": {0: 86.0, 1: 78.0}, "50": {0: 79.0, 1: 81.0}, "100": {0: 76.0, 1: 80.0}}
     data = {"ecl": {x: dict(v) for x, v in y.items()}}
     cols, two = ["10", "50", "100"], (0, 1)
     out = judge("ecl decreasing", data, cols=cols, seeds=two)
-    xm, ym = 160 / 3, 241 / 3
-    sxy = (10 - xm) * (86 - ym) + (50 - xm) * (79 - ym) + (100 - xm) * (76 - ym)
-    sxx = (10 - xm) ** 2 + (50 - xm) ** 2 + (100 - xm) ** 2
-    assert out.tests[0].per_seed[0] == pytest.approx(sxy / sxx * 90)
-    assert out.tests[0].per_seed[0] == pytest.approx(-9.8115, abs=1e-3)
-    assert out.verdict == INCONCLUSIVE  # seed 1 (78, 81, 80) rises: −9.81 and +1.84
+    assert out.tests[0].per_seed == {0: pytest.approx(-10.0), 1: pytest.approx(2.0)}
+    assert out.verdict == INCONCLUSIVE  # seed 1 (78, 81, 80) rises: −10 and +2
     assert judge("ecl increasing", data, cols=cols, seeds=two).verdict == INCONCLUSIVE
-    data["ecl"]["100"][1] = 70.0  # seed 1: −8.48; mean −9.15 ± 6.31·0.665 (1 df)
+    data["ecl"]["100"][1] = 70.0  # seed 1: −8; mean −9 ± 6.31·1 (1 df)
     assert judge("ecl decreasing", data, cols=cols, seeds=two).verdict == HOLDS
     assert judge("ecl increasing", data, cols=cols, seeds=two).verdict == FAILS
     flat = judge("ecl flat within 12", data, cols=cols, seeds=two)
@@ -129,6 +127,28 @@ def test_trend_is_the_fitted_change_per_seed_and_flat_every_pair():
     e = {a: {s: 90.0 + s for s in gains} for a in ("0.2", "0.8", "1")}
     f = {a: {s: 90.0 + s - g[i] for s, g in gains.items()} for i, a in enumerate(("0.2", "0.8", "1"))}
     assert judge("e - f decreasing", {"e": e, "f": f}, cols=["0.2", "0.8", "1"]).verdict == HOLDS
+
+
+def test_a_trend_over_a_wide_sweep_is_not_carried_by_one_end():
+    """Issue #52's case: a lead of 0, 10, 10, 10, 0 at α = 1000, 100, 10, 1, 0.3 that collapses at α = 0.3. On the raw
+    α the α = 1000 point carried the fit: the change read −7.3 ("grows with heterogeneity"); on ranks it is 0 (the
+    lead rises and falls back) and the claim cannot hold. A lead that really grows toward small α ((2 + w)·(0, 1, 2, 3, 4) at
+    α = 1000 ... 0.3) is a change of −4·(2 + w) per seed on ranks."""
+    alphas = ["1000", "100", "10", "1", "0.3"]
+    wiggle = {0: 0.1, 1: -0.2, 2: 0.15, 3: -0.05, 4: 0.0}
+    lead = {
+        a: {s: v + w * (i - 2) for s, w in wiggle.items()} for i, (a, v) in enumerate(zip(alphas, (0, 10, 10, 10, 0)))
+    }
+    out = judge("d decreasing", {"d": lead}, cols=alphas, seeds=range(5))
+    assert out.tests[0].per_seed[0] == pytest.approx(-0.1 * 4)  # the wiggle's own slope only: ranks 4..0 of α
+    assert out.verdict != HOLDS
+    raw = np.array([1000, 100, 10, 1, 0.3])
+    dx = raw - raw.mean()
+    old = float(dx @ (np.array([0, 10, 10, 10, 0]) - 6) / (dx @ dx) * (raw.max() - raw.min()))
+    assert old == pytest.approx(-7.3, abs=0.05)  # what the raw-α fit said
+    grows = {a: {s: (2.0 + w) * i for s, w in wiggle.items()} for i, a in enumerate(alphas)}
+    out = judge("d decreasing", {"d": grows}, cols=alphas, seeds=range(5))
+    assert out.tests[0].per_seed[2] == pytest.approx(-4 * (2 + 0.15)) and out.verdict == HOLDS
 
 
 def test_closeness_only_at_paper_scale():
@@ -164,11 +184,11 @@ def test_the_claims_files_are_the_five_papers():
 
 @pytest.mark.parametrize("paper", PAPERS)  # one test each: FedKA's alone takes ~25 s
 def test_every_claims_file_loads_composes_and_holds_on_its_paper_numbers(paper):
-    """Five papers, 5-12 claims each, every scale's experiments compose (Hydra's compose API) and validate, every name
+    """Five papers, 5-16 claims each, every scale's experiments compose (Hydra's compose API) and validate, every name
     a predicate uses is a value its runs take, and the rule finds each claim true of the numbers it was transcribed
     from (test_claims_rule.py has that part on its own)."""
     pc = load(paper)
-    assert 5 <= len(pc.claims) <= 12, paper
+    assert 5 <= len(pc.claims) <= 16, paper
     assert {"paper", "cpu", "smoke"} <= set(pc.scales) <= {"paper", "medium", "cpu", "cpu-bf16", "smoke"}
     assert check(pc) == [], paper
 
@@ -865,3 +885,35 @@ def test_a_failing_claim_shows_its_gap_round_by_round(tmp_path):
     res = evaluate_claim(held, held.claims[0], RunSet(held, "smoke", tmp_path / "runs"))
     assert res.outcome.verdict == "holds" and res.series and gaps(res) == {}
     assert plot_gaps(res, tmp_path / "none.png") is None
+
+
+def test_the_pages_mean_and_sd_are_the_tests_and_n_counts_finite_runs():
+    """Issue #52: the row's "mean ± std" used the population sd (n) while the tests use n − 1; 60, 61, 65 print
+    62.00 ± 2.65 (sample sd √7), not ± 2.16. A row with one finite run of three says n = 1, not n = 3."""
+    from collections import Counter
+
+    from fedbench.claims.results import ClaimResult
+
+    c = load("fedrema").claims[0]
+    nan = float("nan")
+    res = ClaimResult(c, "cpu", None, data={"fedrema": {None: {0: 60.0, 1: 61.0, 2: 65.0}}})
+    assert "62.00 ± 2.65 (n = 3 seeds)" in ours_text(res)
+    res = ClaimResult(c, "cpu", None, data={"fedrema": {None: {0: nan, 1: 61.0, 2: nan}}}, status=Counter(diverged=2))
+    assert "61.00 (n = 1 seed)" in ours_text(res) and "2 diverged" in ours_text(res)
+
+
+def test_a_reduced_scales_power_at_the_papers_gap_says_whose_gap_it_is():
+    """Issue #52: ECL cpu printed "power 100 % at 25.79 points" — the paper's CIFAR-10-LT gap read on MNIST-LT. At a
+    reduced scale the test table says the gap is the paper's setting's; at paper scale it does not."""
+    from fedbench.claims.render import test_table
+    from fedbench.claims.results import ClaimResult
+
+    c = next(c for c in load("fedrema").claims if c.id == "beats_strongest_baseline")
+    data = {row: {None: {s: 60.0 + 2 * s + (3.0 if row == "fedrema" else i * 0.7 * s) for s in range(3)}}
+            for i, row in enumerate(c.predicate.names)}  # fmt: skip
+    paper = {row: {None: v} for row, v in c.paper.items()}
+    outcome = evaluate(c.predicate, data, [None], [0, 1, 2], c.tolerance, paper=paper)
+    assert any(t.gap is not None for t in outcome.tests)
+    note = "measured in the paper's own setting, not this cpu scale's"
+    assert note in "\n".join(test_table(ClaimResult(c, "cpu", outcome)))
+    assert "paper's own setting" not in "\n".join(test_table(ClaimResult(c, "paper", outcome)))

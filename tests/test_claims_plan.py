@@ -372,3 +372,24 @@ def test_a_tuned_row_runs_one_grid_value_at_the_judged_seeds(tmp_path):
     assert not [r for r in after.runs if r.seed == 5]
     arms_after = {dict(r.key)["experiment/fedka/arm@_global_"] for r in after.runs}
     assert arms_after == {"fedavg", best} and len(after.runs) == 2 * len(SEEDS)
+
+
+def test_a_claim_that_could_rarely_hold_waits_behind_its_tier(tmp_path):
+    """Issue #52: a claim whose chance to hold at the paper's effects is under 50 % (from the page's CSV, the first of
+    paper, medium, cpu that has it) buys little with GPU time: within its tier it waits behind the others, however
+    cheap; the headline keeps its place; the chance and its scale are printed."""
+    from fedbench.claims.plan import claim_rows, hold_chances
+
+    cheap, dear = _p("cheap", "setting", [1.0]), _p("dear", "setting", [9.0])
+    cheap.hold, dear.hold = (0.07, "cpu"), (0.64, "medium")
+    head = _p("head", "headline", [50.0])
+    head.hold = (0.1, "cpu")
+    assert [p.claim for p in order_plans([cheap, dear, head])] == ["head", "dear", "cheap"]
+    cheap.hold = (0.5, "cpu")  # at the threshold: by cost again
+    assert [p.claim for p in order_plans([_p("dear", "setting", [9.0]), cheap])] == ["cheap", "dear"]
+    assert claim_rows([dear])[0][-1] == "64 % (medium)"
+    (tmp_path / "toy").mkdir()
+    (tmp_path / "toy.csv").write_text(
+        "paper,scale,claim,hold_chance\ntoy,cpu,a,0.25\ntoy,medium,a,0.75\ntoy,cpu,b,0.4\ntoy,smoke,c,0.9\ntoy,cpu,d,\n"
+    )
+    assert hold_chances("toy", tmp_path / "toy" / "runs.jsonl") == {"a": (0.75, "medium"), "b": (0.4, "cpu")}

@@ -2,10 +2,12 @@
 same as the run dirs they come from, so that a page can be rebuilt where the runs are not."""
 
 import json
+import math
 import shutil
 from pathlib import Path
 
 import pytest
+from scipy import stats
 from test_claims import CLAIM, NO_PICTURES, _claims_file, _write_run
 
 from fedbench.claims import main
@@ -210,11 +212,17 @@ def test_a_pilot_prints_what_the_full_set_of_seeds_could_detect(tmp_path):
     (t,) = res.pilot.tests
     assert sorted(t.per_seed) == [0, 1]  # seed 2 lacks FedAvg
     assert t.per_seed == pytest.approx({0: 6.0, 1: 9.0}) and t.sd == pytest.approx(3 / 2**0.5)
-    assert t.bound == 0 and pilot_mde(t, 5) == pytest.approx(seq_mde(">", 0.0, 10.0, 3 / 2**0.5, 0.5))  # two looks
-    assert pilot_mde(t, 5) > mde(">", 0.0, 10.0, 3 / 2**0.5, 5)  # stopping early costs a little power
+    # issue #52: σ from 2 seeds is its 80 % upper confidence bound, sd·√(1/χ²₀.₂(1)) = 2.1213 · 3.9472 = 8.373
+    upper = 3 / 2**0.5 / math.sqrt(stats.chi2.ppf(0.2, 1))
+    assert upper == pytest.approx(8.373, abs=1e-3)
+    assert t.bound == 0 and pilot_mde(t, 5) == pytest.approx(seq_mde(">", 0.0, 10.0, upper, 0.5))  # two looks
+    optimistic = pilot_mde(t, 5, optimistic=True)
+    assert optimistic == pytest.approx(seq_mde(">", 0.0, 10.0, 3 / 2**0.5, 0.5)) and optimistic < pilot_mde(t, 5) / 3
+    assert optimistic > mde(">", 0.0, 10.0, 3 / 2**0.5, 5)  # stopping early costs a little power
     assert pilot_mde(t, 5) < pilot_mde(t, 3)  # more seeds detect less
     line = _pilot_line(res)
     assert "seeds 0, 1 have every run" in line and f"detects ≥ {pilot_mde(t, 5):.2f}" in line
+    assert f"(≥ {optimistic:.2f} if σ were the sd)" in line and "σ ≤ 8.37" in line
     assert "mean 7.50, paired sd 2.12" in line and "the paper's gap 10.00" in line  # 60 − 50
 
 

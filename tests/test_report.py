@@ -210,6 +210,17 @@ def test_rounds_to_target_speedup_and_runtime_from_the_runs_records(tmp_path):
     # the paper's numbers beside ours: speedup derived from the paper's rounds, null = never ("\")
     assert rep.paper_text("fedka", rep.columns[1]) == "2.33" and rep.paper_text("fedprox", rep.columns[0]) == "\\"
     assert rep.diff("fedka", rep.columns[0]) == 1.0 - 43
+    # issue #52: in a claim, the never-reaching run (FedKA seed 1, rounds 0-4, target round 4) counts as its censored
+    # value's bound — reached at round 5 at the earliest: speedup <= 4/5 = 0.8, rounds >= 5 — not as speedup 0
+    from fedbench.claims.results import run_value
+
+    never = next(r for r, _ in table.members if r.seed == 1 and "fedka" in r.path.name)
+    assert rep.never_bound(never, "speedup", rep.columns[1]) == pytest.approx(0.8)
+    assert rep.never_bound(never, "rounds_to_target", rep.columns[0]) == 5.0
+    speed = Report(Table(dict(TABLE2, metrics={"value": "speedup"}), table.members))
+    assert run_value(speed, never, speed.columns[0]) == pytest.approx(0.8)
+    reached = next(r for r, _ in table.members if r.seed == 0 and "fedka" in r.path.name)
+    assert run_value(speed, reached, speed.columns[0]) == 4.0
     # target at a fixed round (target.at) instead of the last one: FedAvg's round-2 accuracy (0.5 and 0.4)
     rep = Report(Table(dict(TABLE2, target={"metric": "global/acc", "row": "fedavg", "at": 2}), table.members))
     assert rep.cells[("fedka", "Rounds")].values == [1.0, 2.0]

@@ -176,6 +176,7 @@ class ClaimPlan:
     shared: int = 0  # runs it needs that an earlier claim plans
     outcome: Outcome | None = None
     needs: str = ""  # data this machine lacks: not planned
+    hold: tuple | None = None  # (chance to hold at the paper's effects, the scale it was simulated at): hold_chances
 
     def gpu(self, look: int | None = None) -> float:
         return sum(r.gpu_s or 0.0 for r in self.runs if look is None or r.look == look)
@@ -221,6 +222,7 @@ def plan_paper(
     runset = RunSet(pc, scale, runs_root or Path("."), found=None if runs_root else [], records=records)
     figures, settings, est_all = gpu_figures(conf), plan_settings(conf), claims_estimates(conf)
     needed = {e.name for e in pc.needed(scale)}
+    chances = hold_chances(pc.paper, records)
     plans = []
     for claim in pc.claims:
         exp = pc.experiment(claim, scale)
@@ -250,8 +252,30 @@ def plan_paper(
             )
             cp.runs[-1].cpu_sized = cpu_sized(cpu_s, settings)
         cp.runs.sort(key=lambda p: (p.look, tune_first.get(p.seed, p.seed)))
+        cp.hold = chances.get(claim.id)
         plans.append(cp)
     return order_plans(plans)
+
+
+HOLD_FROM = ("paper", "medium", "cpu")  # the scales whose chance to hold stands for the paper scale's, first first
+UNLIKELY = 0.5  # a claim whose chance to hold at the paper's effects is below this waits behind the others of its tier
+
+
+def hold_chances(paper: str, records: Path | None) -> dict:
+    """{claim id: (chance, scale)}: each claim's chance to hold if the paper's effects are true (issue #52; the
+    page's CSV column ``hold_chance``, render.hold) at the first scale of :data:`HOLD_FROM` that has one — the
+    covariance a paper-scale run will most likely see. Read from ``<paper>.csv`` beside the records' directory."""
+    import csv
+
+    path = Path(records).parent.parent / f"{paper}.csv" if records else None
+    if path is None or not path.exists():
+        return {}
+    found: dict = {}
+    with path.open() as f:
+        for row in csv.DictReader(f):
+            if row.get("hold_chance") and row["scale"] in HOLD_FROM:
+                found.setdefault(row["claim"], {})[row["scale"]] = float(row["hold_chance"])
+    return {c: next((v[s], s) for s in HOLD_FROM if s in v) for c, v in found.items()}
 
 
 def tuned_runs(claim, exp, runs: list, choices: dict) -> dict:
@@ -281,9 +305,11 @@ def tuned_runs(claim, exp, runs: list, choices: dict) -> dict:
 
 def order_plans(plans: list[ClaimPlan]) -> list[ClaimPlan]:
     """Headline first (in the claims file's order), then the single-setting claims, then the sweeps; within those two
-    tiers the claim whose runs not yet planned cost the fewest GPU seconds first (one verdict per claim: the most
-    verdict per GPU-minute; greedy, a shared run counted once: under the first claim that plans it), a claim with a
-    run of unknown cost after those without; ties in the claims file's order."""
+    tiers the claims that could hold if the paper is right first (a chance to hold under :data:`UNLIKELY` at another
+    scale's covariance waits: its GPU time buys little — issue #52), then the claim whose runs not yet planned cost the
+    fewest GPU seconds (one verdict per claim: the most verdict per GPU-minute; greedy, a shared run counted once:
+    under the first claim that plans it), a claim with a run of unknown cost after those without; ties in the claims
+    file's order."""
     out, planned = [], set()
     for t in TIERS:
         left = [p for p in plans if p.tier == t]
@@ -292,8 +318,9 @@ def order_plans(plans: list[ClaimPlan]) -> list[ClaimPlan]:
             def marginal(p):
                 runs = [r for r in p.runs if r.key not in planned]
                 if t == "headline":
-                    return (False, 0.0)
-                return (any(r.gpu_s is None for r in runs), sum(r.gpu_s or 0.0 for r in runs))
+                    return (False, False, 0.0)
+                unlikely = p.hold is not None and p.hold[0] < UNLIKELY
+                return (unlikely, any(r.gpu_s is None for r in runs), sum(r.gpu_s or 0.0 for r in runs))
 
             best = min(left, key=lambda p: (marginal(p), left.index(p)))
             left.remove(best)
@@ -520,6 +547,7 @@ def claim_rows(plans: list[ClaimPlan]) -> list[list[str]]:
                 "; ".join(costs),
                 ", ".join(hours(c) for c in cpu),
                 ("yes" if all(r.cpu_sized for r in p.runs) else "no") if p.runs else "",
+                "" if p.hold is None else f"{100 * p.hold[0]:.0f} % ({p.hold[1]})",
             ]
         )
     return rows
@@ -535,6 +563,7 @@ HEAD = [
     "GPU cost from",
     "CPU per run (1 thread)",
     "CPU-sized",
+    "can hold (scale)",
 ]
 
 

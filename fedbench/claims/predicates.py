@@ -6,7 +6,11 @@ Forms (names are values of the claim's ``by`` key, e.g. methods; ``over`` is the
                                     in one place (``a > b, c``) are not compared with each other; a number is a constant
     ecl - fedavg_ft > 2             margin: the difference against a bound (>=, <= read as >, <)
     |ecl - ecl_m3| < 1.5            equivalence: the difference within ±1.5
-    fedrema decreasing              trend over ``over`` (also ``increasing``); ``a - b decreasing`` for a difference
+    fedrema decreasing              trend over ``over`` (also ``increasing``); ``a - b decreasing`` for a difference:
+                                    per seed, the least-squares slope over the swept values' ranks (1st, 2nd, ...)
+                                    times k − 1, the fitted change from the smallest to the largest value. Ranks, not
+                                    the values: the claims say "falls as X grows", an order; on raw values one end of
+                                    a wide sweep (CAFeMe's α = 1000 of 0.3 ... 1000) carries the fit (issue #52)
     fedrema flat within 2.5         equivalence over ``over``: every two swept values within ±2.5 of each other
     close within 1.0                equivalence: each number of the paper within ±1.0 (paper scale only)
 
@@ -19,7 +23,8 @@ a test
   one-sided tests at −bound and +bound, TOST, at the paper's own bound);
 * **fails** if the one-sided (1 − α) bound lies on the other side (``within``: beyond −bound or +bound, α/2 each);
 * shows **no difference** if its (1 − 2α) interval lies within ±τ of the bound (TOST at the claim's tolerance τ, the
-  smallest effect that matters; ``within`` tests have none: their bound is the paper's);
+  smallest effect that matters; ``within`` tests have none: their bound is the paper's) — checked first: an interval
+  on the claimed side but wholly inside bound ± τ is an effect too small to matter, not a "holds" (issue #52);
 * is **inconclusive** otherwise.
 
 "fails" and "no difference" are Holm-adjusted over the claim's tests. A claim holds if every test holds (an
@@ -180,7 +185,7 @@ class Test:
             return None
         if self.sequential and not self.tied:
             return seq_chance(self.op, self.bound, self.paper, self.sd, self.tolerance)
-        return chance(self.op, self.bound, self.paper, self.sd, self.n, self.alpha)
+        return chance(self.op, self.bound, self.paper, self.sd, self.n, self.alpha, self.tolerance)
 
     def mde(self) -> float | None:
         """The minimum detectable effect: the smallest gap (as :attr:`gap`) the test detects with probability
@@ -191,30 +196,43 @@ class Test:
             return None
         if self.sequential and not self.tied:
             return seq_mde(self.op, self.bound, self.paper, self.sd, self.tolerance)
-        return mde(self.op, self.bound, self.paper, self.sd, self.n, self.alpha)
+        return mde(self.op, self.bound, self.paper, self.sd, self.n, self.alpha, self.tolerance)
 
 
 def _gap(op: str, bound: float, q: float) -> float:
     return q - bound if op == ">" else bound - q if op == "<" else bound - abs(q)
 
 
-def chance(op: str, bound: float, mu: float, sd: float, n: int, alpha: float = ALPHA) -> float:
+def chance(op: str, bound: float, mu: float, sd: float, n: int, alpha: float = ALPHA, tolerance: float = 0.0) -> float:
     """P(a test holds) when q's true mean is ``mu`` and its seed-to-seed sd ``sd`` (normal noise): the (1 − 2α)
-    interval m ± t·s/√n must land in the claimed region. Exact: integrated over the sample sd s, with
-    (n − 1)s²/σ² ~ χ²(n − 1), on 2000 quantiles of χ² (error ~1e-5); for ``>`` and ``<`` this is the noncentral t's
-    tail, scipy.stats.nct.sf(t, n − 1, gap·√n/σ)."""
+    interval m ± t·s/√n must land in the claimed region and — ``>`` and ``<`` — not wholly inside bound ± ``tolerance``
+    ("no difference" comes first: :func:`judge`), i.e. m > max(b + w, b + τ − w) for ``>``. Exact: integrated over
+    the sample sd s, with (n − 1)s²/σ² ~ χ²(n − 1), on 2000 quantiles of χ² (error ~1e-5); for ``>`` and ``<`` at
+    τ = 0 this is the noncentral t's tail, scipy.stats.nct.sf(t, n − 1, gap·√n/σ)."""
     lo, hi = {">": (bound, math.inf), "<": (-math.inf, bound), "within": (-bound, bound)}[op]
     if sd == 0:
         return float(lo < mu < hi)
     df, sm = n - 1, sd / math.sqrt(n)
     s = np.sqrt(stats.chi2.ppf((np.arange(2000) + 0.5) / 2000, df) / df)  # s/σ at its quantiles
     w = stats.t.ppf(1 - alpha, df) * sm * s
-    return float(np.clip(stats.norm.cdf((hi - w - mu) / sm) - stats.norm.cdf((lo + w - mu) / sm), 0, None).mean())
+    low, high = lo + w, hi - w
+    if op == ">":
+        low = np.maximum(low, bound + tolerance - w)
+    elif op == "<":
+        high = np.minimum(high, bound - tolerance + w)
+    return float(np.clip(stats.norm.cdf((high - mu) / sm) - stats.norm.cdf((low - mu) / sm), 0, None).mean())
 
 
-def mde(op: str, bound: float, paper: float | None, sd: float, n: int, alpha: float = ALPHA) -> float:
+def mde(op: str, bound: float, paper: float | None, sd: float, n: int, alpha: float = ALPHA, tolerance: float = 0.0):
     """The gap g at which :func:`chance` = :data:`POWER` (see :meth:`Test.mde`)."""
-    return _gap_at_power(op, bound, paper, sd, lambda op, b, mu: chance(op, b, mu, sd, n, alpha), 1e-6)
+    return _gap_at_power(op, bound, paper, sd, lambda op, b, mu: chance(op, b, mu, sd, n, alpha, tolerance), 1e-6)
+
+
+def sd_upper(sd: float, n: int, level: float = POWER) -> float:
+    """A one-sided ``level`` upper confidence bound on σ from a sample sd of ``n`` values (χ² with n − 1 df):
+    sd·√((n − 1)/χ²_{1−level}(n − 1)). A 2-seed sd is below σ 68 % of the time (issue #52); at 80 % its bound is
+    3.95 × the sd, at 3 seeds 2.11 ×, at 5 seeds 1.56 ×."""
+    return float(sd * math.sqrt((n - 1) / stats.chi2.ppf(1 - level, n - 1)))
 
 
 def _gap_at_power(op: str, bound: float, paper: float | None, sd: float, power_at, xtol: float) -> float:
@@ -264,13 +282,18 @@ def seq_chance(op: str, bound: float, mu: float, sd: float, tolerance: float = 0
         return float(lo < mu < hi)
     (m1, w1, v1), (m2, w2, _) = _looks()
     m1, w1, v1, m2, w2 = (sd * x for x in (m1, w1, v1, m2, w2))
-    held = (mu + m1 - w1 > lo) & (mu + m1 + w1 < hi)
+
+    def same(m, w):  # "no difference" (directional tests only; it comes first, :func:`judge`)
+        if op == "within":
+            return np.zeros(np.shape(m), dtype=bool)
+        return (mu + m - w > bound - tolerance) & (mu + m + w < bound + tolerance)
+
+    held = (mu + m1 - w1 > lo) & (mu + m1 + w1 < hi) & ~same(m1, w1)
     if op == "within":  # fails beyond either bound at α1/2; no "no difference"
         stop = held | (mu + m1 + v1 < -bound) | (mu + m1 - v1 > bound)
     else:
-        stop = held | (mu + m1 + w1 < bound if op == ">" else mu + m1 - w1 > bound)
-        stop |= (mu + m1 - w1 > bound - tolerance) & (mu + m1 + w1 < bound + tolerance)
-    return float((held | (~stop & (mu + m2 - w2 > lo) & (mu + m2 + w2 < hi))).mean())
+        stop = held | (mu + m1 + w1 < bound if op == ">" else mu + m1 - w1 > bound) | same(m1, w1)
+    return float((held | (~stop & (mu + m2 - w2 > lo) & (mu + m2 + w2 < hi) & ~same(m2, w2))).mean())
 
 
 @functools.lru_cache(maxsize=4096)
@@ -338,8 +361,8 @@ def judge(tests: list[Test], tolerance: float, alpha: float = ALPHA):
     fails, same = holm([t.p_fails for t in tests]), holm([t.p_same for t in tests])
     for t, f, s in zip(tests, fails, same):
         t.p_fails, t.p_same = _scalar(f), _scalar(s)
-        t.verdict = _scalar(
-            np.select([t.p_holds <= alpha, f <= alpha, s <= alpha], [HOLDS, FAILS, NO_DIFFERENCE], INCONCLUSIVE)
+        t.verdict = _scalar(  # τ first: an effect wholly inside bound ± τ is too small to matter, whichever side
+            np.select([s <= alpha, t.p_holds <= alpha, f <= alpha], [NO_DIFFERENCE, HOLDS, FAILS], INCONCLUSIVE)
         )
         t.mean, t.sd, t.lo, t.hi, t.p_holds = map(_scalar, (t.mean, t.sd, t.lo, t.hi, t.p_holds))
     v = np.array([t.verdict for t in tests])
@@ -387,7 +410,10 @@ def _said(t: Test) -> str:
             f"{interval} on the other side of {'±' if t.op == 'within' else ''}{t.bound:g} (p = {t.p_fails:.2g}, Holm)"
         )
     if t.verdict == NO_DIFFERENCE:
-        return f"{interval} within {t.bound:g} ± the tolerance (p = {t.p_same:.2g}, Holm)"
+        claimed = t.lo > t.bound if t.op == ">" else t.hi < t.bound
+        return f"{interval} within {t.bound:g} ± τ = {t.tolerance:g} (p = {t.p_same:.2g}, Holm)" + (
+            f": {side}, but by less than τ, the smallest effect that matters" if claimed else ""
+        )
     need = t.mde()
     text = f"{interval} not {side}"
     if need is not None:
@@ -579,11 +605,12 @@ def _tests(pred: Predicate, data: dict, cols: list, paper: dict, worst: float = 
                 e1, e2 = _expr(data, pred.terms, c1, worst), _expr(data, pred.terms, c2, worst)
                 if per := _pair(e1, e2, (lambda x, y: _diff(x, y, worst)) if one else (lambda x, y: x - y)):
                     out.append(Test(f"{label} difference", per, "within", pred.bound, f"{c1} − {c2}"))
-    elif pred.kind == "trend":  # per seed: the least-squares slope over the swept values times their span
+    elif pred.kind == "trend":  # per seed: the least-squares slope over the swept values' ranks times (k − 1)
+        rank = {col: float(i) for i, col in enumerate(sorted(cols, key=_x))}
         by_seed: dict = {}
         for col in cols:
             for s, v in _expr(data, pred.terms, col, worst).items():
-                by_seed.setdefault(s, []).append((_x(col), _worst(v, worst) if len(pred.terms) == 1 else v))
+                by_seed.setdefault(s, []).append((rank[col], _worst(v, worst) if len(pred.terms) == 1 else v))
         per = {}
         for s, pts in by_seed.items():
             if len(pts) >= 2:
@@ -591,7 +618,7 @@ def _tests(pred: Predicate, data: dict, cols: list, paper: dict, worst: float = 
                 dx = xs - xs.mean()
                 per[s] = _scalar(np.tensordot(dx, ys - ys.mean(0), axes=(0, 0)) / (dx @ dx) * (xs.max() - xs.min()))
         if per:
-            out.append(Test(" − ".join(pred.terms) + " change", per, pred.op, 0.0))
+            out.append(Test(" − ".join(pred.terms) + " change (fit on ranks)", per, pred.op, 0.0))
     elif pred.kind == "close":
         for row, col in needed(pred, cols, paper):
             p = paper[row][col]

@@ -13,6 +13,7 @@ from textwrap import fill
 import numpy as np
 
 from ..report.tables import fmt, path_words
+from .looks import DRAWS, MOST_SEEDS, hold_chance, seeds_to_hold
 from .plan import page_note
 from .predicates import (
     ALPHA,
@@ -30,6 +31,7 @@ from .predicates import (
     Outcome,
     Test,
     level,
+    sd_upper,
 )
 from .results import ClaimResult, launches, sweep_dir
 from .spec import PaperClaims
@@ -93,7 +95,8 @@ def paper_text(res: ClaimResult) -> str:
 
 
 def ours_text(res: ClaimResult) -> str:
-    """fedbench's mean ± std over seeds of each named row (per swept value) and the number of seeds."""
+    """fedbench's mean ± sample sd (n − 1) over seeds of each named row (per swept value) and the number of seeds
+    with a finite value (a diverged run is counted in the brackets, not in n)."""
     if not res.data:
         return "—"
 
@@ -101,12 +104,14 @@ def ours_text(res: ClaimResult) -> str:
         vals = _finite(res.cell(row, col).values())
         if not vals:
             return None
-        return _num(np.mean(vals), res.digits) + (f" ± {_num(np.std(vals), res.digits)}" if len(vals) > 1 else "")
+        return _num(np.mean(vals), res.digits) + (
+            f" ± {_num(np.std(vals, ddof=1), res.digits)}" if len(vals) > 1 else ""
+        )  # the sample sd (n − 1), as the tests use (issue #52)
 
     text = _rows_text(res, res.rows, res.cols, value) or "—"
-    ns = sorted({len(res.cell(r, c)) for r in res.rows for c in res.cols if res.cell(r, c)})
+    ns = sorted({len(_finite(res.cell(r, c).values())) for r in res.rows for c in res.cols if res.cell(r, c)})
     if ns:
-        text += f" (n = {ns[0]}{'–' + str(ns[-1]) if len(ns) > 1 else ''} seeds)"
+        text += f" (n = {ns[0]}{'–' + str(ns[-1]) if len(ns) > 1 else ''} seed{'s' * (ns != [1])})"
     if res.status:
         text += " [" + ", ".join(f"{n} {k}" for k, n in res.status.items()) + "]"
     if res.status.get("diverged"):
@@ -317,18 +322,82 @@ def _paper_expr(res: ClaimResult, terms: tuple, col):
 
 # ---- the table: rich, Markdown, CSV ----------------------------------------------------------------------------
 
-HEADER = ["claim", "paper", "fedbench (mean ± std over seeds)", "verdict", "scale", "wall time"]
+HEADER = [
+    "claim",
+    "paper",
+    "fedbench (mean ± std over seeds)",
+    "verdict",
+    "can hold (at the paper's effects)",
+    "scale",
+    "wall time",
+]
 
 
 def line(res: ClaimResult) -> list[str]:
+    h = hold(res)
     return [
         f"{res.claim.id}: {res.claim.claim} ({said(res.claim)})",
         paper_text(res),
         ours_text(res),
         verdict_text(res.outcome),
+        "" if h is None else f"{100 * h['chance']:.0f} %" + (" (pilot)" if h["pilot"] else ""),
         res.scale,
         duration(res.seconds),
     ]
+
+
+def hold(res: ClaimResult) -> dict | None:
+    """Issue #52 item 7: the chance the whole claim holds on the scale's seeds if every test's true effect were the
+    paper's (looks.hold_chance: the observed paired covariance of the judged tests — of a pilot's, at its 80 % upper
+    bound — all tests at once, Holm and the two looks included; one judged test: its power), and where it is under
+    50 % the seeds that would reach 80 % in one look (looks.seeds_to_hold). None without tests or paper numbers.
+    Computed once per result."""
+    if res.hold is None:
+        res.hold = _hold(res) or {}
+    return res.hold or None
+
+
+def _hold(res: ClaimResult) -> dict | None:
+    out = res.outcome if res.outcome.tests else res.pilot
+    if out is None or not out.tests or res.experiment is None:
+        return None
+    pilot, tests, tol = out is res.pilot, out.tests, res.claim.tolerance
+    k = len(res.experiment.scale.seeds)
+    chance = tests[0].power() if len(tests) == 1 and not pilot else hold_chance(tests, tol, k, pilot)
+    if chance is None:
+        return None
+    seeds = seeds_to_hold(tests, tol, pilot) if chance < 0.5 else None
+    return {"chance": chance, "seeds": seeds, "pilot": pilot, "k": k, "tests": len(tests)}
+
+
+def hold_line(res: ClaimResult) -> str | None:
+    """The chance to hold in words, for the claim's details."""
+    h = hold(res)
+    if h is None:
+        return None
+    how = (
+        f"its one test's power ({'two looks' if h['k'] == LOOKS[-1] else f'one look at α = {ALPHA:g}'})"
+        if h["tests"] == 1 and not h["pilot"]
+        else f"all {h['tests']} tests at once, simulated ({DRAWS} draws of {h['k']} seeds, "
+        + ("the two looks" if h["k"] == LOOKS[-1] else f"one look at α = {ALPHA:g}")
+        + ", Holm) from the "
+        + ("pilot's paired covariance at its 80 % upper bound" if h["pilot"] else "observed paired covariance")
+    )
+    text = (
+        f"* Chance to hold: {100 * h['chance']:.0f} % if every test's true effect were the paper's "
+        f"{'(its own setting, not this scale) ' if res.scale != 'paper' else ''}— {how}."
+    )
+    if h["chance"] < 0.5:
+        text += (
+            ' Under 50 %: this design could rarely say "holds" even if the paper is right, so "inconclusive" or a '
+            "failing test here is weak evidence against the paper; "
+            + (
+                f"{h['seeds']} seeds in one look at α = {ALPHA:g} would reach {100 * POWER:g} %."
+                if h["seeds"] is not None
+                else f"not even {MOST_SEEDS} seeds in one look would reach {100 * POWER:g} %."
+            )
+        )
+    return text
 
 
 def print_rich(pc: PaperClaims, results: list[ClaimResult], console=None) -> None:
@@ -384,6 +453,8 @@ CSV_FIELDS = [
     "runs_complete",
     "runs",
     "seconds",
+    "hold_chance",
+    "hold_seeds_80",
 ]
 
 
@@ -412,6 +483,8 @@ def to_csv(paper: str, results: list[ClaimResult]) -> str:
             "runs_complete": res.n_complete,
             "runs": res.n_runs,
             "seconds": f"{res.seconds:.1f}",
+            "hold_chance": "" if (h := hold(res)) is None else repr(h["chance"]),
+            "hold_seeds_80": "" if h is None or h["seeds"] is None else h["seeds"],
         }
         for t in res.outcome.tests or [None]:
             row = dict(base)
@@ -522,7 +595,7 @@ def to_markdown(
             f"decided on the first {LOOKS[0]} seeds; look 2: on all {LOOKS[1]}.)",
         ]
     md += precision_lines(results, scales)
-    md += ["", "## Claims", "", "| " + " | ".join(HEADER) + " |", "|---|---|---|---|---|---:|"]
+    md += ["", "## Claims", "", "| " + " | ".join(HEADER) + " |", "|---|---|---|---|---:|---|---:|"]
     for res in results:
         cells = [_md(x) for x in line(res)]
         cells[0] = f"**{res.claim.id}**: {_md(res.claim.claim)} ({said(res.claim)})"
@@ -636,16 +709,20 @@ def _pilot_line(res: ClaimResult) -> str:
     seeds = sorted(next(iter(res.pilot.tests)).per_seed)
     how = f"in two looks ({LOOKS[0]} seeds at α1, else {LOOKS[1]} at α2)" if k == LOOKS[-1] else f"α = {ALPHA:g}"
     parts = []
+    d = res.digits
     for t in res.pilot.tests:
-        m = pilot_mde(t, k)
+        m, m0 = pilot_mde(t, k), pilot_mde(t, k, optimistic=True)
         parts.append(
-            f"{t.label}{f' at {t.at}' if t.at else ''}: mean {t.mean:.{res.digits}f}, paired sd {t.sd:.{res.digits}f}"
-            + (f" → detects ≥ {m:.{res.digits}f}" if m is not None else "")
-            + (f" (the paper's gap {t.gap:.{res.digits}f})" if t.gap is not None else "")
+            f"{t.label}{f' at {t.at}' if t.at else ''}: mean {t.mean:.{d}f}, paired sd {t.sd:.{d}f}"
+            + (f" (σ ≤ {sd_upper(t.sd, t.n):.{d}f})" if m is not None else "")
+            + (f" → detects ≥ {m:.{d}f} (≥ {m0:.{d}f} if σ were the sd)" if m is not None else "")
+            + (f" (the paper's gap {t.gap:.{d}f})" if t.gap is not None else "")
         )
     return (
         f"* Pilot — no verdict (seeds {', '.join(map(str, seeds))} have every run): the smallest gap {k} seeds would "
-        f"detect at {100 * POWER:g} % power, {how}, at each test's paired sd — " + "; ".join(parts)
+        f"detect at {100 * POWER:g} % power, {how}, if σ were its {100 * POWER:g} % upper confidence bound from the "
+        f"pilot's paired sd ({len(seeds)} seeds understate σ often: the sd alone would be optimistic) — "
+        + "; ".join(parts)
     )
 
 
@@ -760,6 +837,8 @@ def _details(res: ClaimResult, picture: Path | None, gap: Path | None = None) ->
         )
     if res.pilot is not None:
         md.append(_pilot_line(res))
+    if (h := hold_line(res)) is not None:
+        md.append(h)
     for path, rows in res.diagnostics.items():
         md.append(
             f"* Diagnostic `{path}` (mean ± std over the complete runs): "
@@ -804,6 +883,12 @@ def test_table(res: ClaimResult) -> list[str]:
             f"{t.p_holds:.2g} | {_num(t.mde(), d)} | {_num(t.gap, d)} | "
             f"{'' if power is None else f'{100 * power:.0f} %'} | {t.verdict} |"
         )
+    if res.scale != "paper" and any(t.gap is not None for t in res.outcome.tests):
+        md += [
+            "",
+            f"(The paper's gap is measured in the paper's own setting, not this {res.scale} scale's: the power there is "
+            "a yardstick of this design, not a prediction of the effect here.)",
+        ]
     return md
 
 

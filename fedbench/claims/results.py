@@ -178,6 +178,7 @@ class ClaimResult:
     pilot: Outcome | None = None  # not run yet: the rule on the seeds that have every run (>= 2), for its sds
     diagnostics: dict = field(default_factory=dict)  # {metric path: {row: [value per complete run]}} (claim.diagnose)
     series: dict = field(default_factory=dict)  # {row: {col: {seed: [(round, value)]}}}: the metric's per-round series
+    hold: dict | None = None  # render.hold's cache: the chance to hold at the paper's effects ({} = none)
 
     @property
     def rows(self) -> list[str]:
@@ -362,16 +363,18 @@ def pilot(claim: Claim, res: ClaimResult, exp: Experiment, paper: dict, scale: s
     return out if out.tests else None
 
 
-def pilot_mde(test, n: int) -> float | None:
-    """The smallest gap ``n`` seeds would detect (80 % power) at a pilot test's paired sd: in the two looks where ``n``
-    is their 5 seeds (predicates.seq_mde), else in one look at α = 0.05."""
-    from .predicates import LOOKS, mde, seq_mde
+def pilot_mde(test, n: int, optimistic: bool = False) -> float | None:
+    """The smallest gap ``n`` seeds would detect (80 % power) if σ were the pilot's 80 % upper confidence bound
+    (predicates.sd_upper: a 2-seed sd understates σ 68 % of the time, issue #52) — or, ``optimistic``, its observed
+    paired sd: in the two looks where ``n`` is their 5 seeds (predicates.seq_mde), else in one look at α = 0.05."""
+    from .predicates import LOOKS, mde, sd_upper, seq_mde
 
-    if test.n < 2 or not math.isfinite(test.sd):
+    if test.n < 2 or not math.isfinite(test.sd) or not test.sd > 0:
         return None
+    sd = test.sd if optimistic else sd_upper(test.sd, test.n)
     if n == LOOKS[-1]:
-        return seq_mde(test.op, test.bound, test.paper, test.sd, test.tolerance)
-    return mde(test.op, test.bound, test.paper, test.sd, n)
+        return seq_mde(test.op, test.bound, test.paper, sd, test.tolerance)
+    return mde(test.op, test.bound, test.paper, sd, n, tolerance=test.tolerance)
 
 
 def tune(runs: list[RunRecord], key: str, claim: Claim, value, scale: float = 1.0) -> GridChoice:
@@ -403,14 +406,19 @@ def needs_data(pc: PaperClaims, exp: Experiment) -> str:
 
 def run_value(rep: Report, run: RunRecord, col) -> float | str:
     """A run's value in a claim's table: its metric (a float); NaN when it diverged (status ``diverged``, or a
-    non-finite metric) or never reached a speed claim's target — outcomes the rule counts as the claim's worst value;
-    or why it has none (its status: failed, running, preempted, missing; or ``no value``)."""
+    non-finite metric) — an outcome the rule counts as the claim's worst value; a speed claim's run that never
+    reached the target counts as its censored value's bound (Report.never_bound: speedup ≤ T/(R + 1)); or why it has
+    none (its status: failed, running, preempted, missing; or ``no value``)."""
     if run.status == "diverged":
         return math.nan
     if run.status != "complete":
         return run.status
-    v = rep.value(run, rep.table.metrics["value"], col)
-    return math.nan if v in ("non-finite", "never") else v
+    path = rep.table.metrics["value"]
+    v = rep.value(run, path, col)
+    if v == "never":
+        bound = rep.never_bound(run, path, col)
+        return math.nan if bound is None else bound
+    return math.nan if v == "non-finite" else v
 
 
 def _why(status: Counter) -> str:

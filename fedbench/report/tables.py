@@ -481,6 +481,30 @@ class Report:
     def _to_target(self, run: RunRecord, path: str, col: Column):
         """FedKA Table 2: the first round whose ``target.metric`` ≥ the target row's value at round ``target.at``
         (``last`` = its last logged round) — same seed, same column; speedup = that target round / rounds."""
+        found = self._target(run, col)
+        if found is None:
+            return "no target"
+        (target_round, target), ref, metric = found
+        if run is ref:  # the target row needs its target round by definition (the paper's "FedAvg 100 1x")
+            return float(target_round) if path == "rounds_to_target" else 1.0
+        reached = next((r for r, v in run.series(metric) if r >= 1 and v >= target), None)
+        if reached is None:
+            return "never"
+        return float(reached) if path == "rounds_to_target" else float(target_round) / reached
+
+    def never_bound(self, run: RunRecord, path: str, col: Column) -> float | None:
+        """A run that never reached the target in its R rounds would reach it at round R + 1 at the earliest: its
+        rounds-to-target is ≥ R + 1 and its speedup ≤ target round / (R + 1) — the censored value's bound on the side
+        most favourable to the run (issue #52: counting it as speedup 0 made it the worst possible)."""
+        found = self._target(run, col)
+        pts = run.series(found[2]) if found else []
+        if not pts:
+            return None
+        last = max(r for r, _ in pts)
+        return float(last + 1) if path == "rounds_to_target" else float(found[0][0]) / (last + 1)
+
+    def _target(self, run: RunRecord, col: Column):
+        """((target round, target value), the target row's run, the metric) for ``run``'s seed and column, or None."""
         t = self.table
         metric, row, at = t.target.get("metric", "global/acc"), canon(t.target.get("row")), t.target.get("at", "last")
         ref = next(
@@ -497,15 +521,7 @@ class Report:
         pts = ref.series(metric) if ref else []
         if str(at) != "last":
             pts = [p for p in pts if p[0] == int(at)]
-        if not pts:
-            return "no target"
-        target_round, target = pts[-1]
-        if run is ref:  # the target row needs its target round by definition (the paper's "FedAvg 100 1x")
-            return float(target_round) if path == "rounds_to_target" else 1.0
-        reached = next((r for r, v in run.series(metric) if r >= 1 and v >= target), None)
-        if reached is None:
-            return "never"
-        return float(reached) if path == "rounds_to_target" else float(target_round) / reached
+        return (pts[-1], ref, metric) if pts else None
 
     # ---- the paper's numbers -------------------------------------------------------------------------------
     def paper(self, row: str, col: Column):
