@@ -35,8 +35,8 @@ def number(lo=None, hi=None, lo_open=False, hi_open=False, optional=False):
             return False
         return True
 
-    lb = "(" if lo_open else "["
-    rb = ")" if hi_open else "]"
+    lb = "(" if lo_open or lo is None else "["  # an infinite end is never included: non-finite values are refused
+    rb = ")" if hi_open or hi is None else "]"
     rng = f"{lb}{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}{rb}"
     return ok, f"a number in {rng}" + (" or null" if optional else "")
 

@@ -105,18 +105,7 @@ def _option_keys(leaf: str) -> list[tuple[str, list[str]]]:
     """(group, its options that have the top-level key ``leaf``) over the config groups but experiment."""
     found = []
     for group in GROUPS[:-1]:
-        have = []
-        for name in options(group):
-            for d in (CONF_DIR, *CONFIG_DIRS):
-                f = d / group / f"{name}.yaml"
-                if f.is_file():
-                    try:
-                        node = yaml.safe_load(f.read_text())
-                    except yaml.YAMLError:
-                        node = None
-                    if isinstance(node, dict) and leaf in node:
-                        have.append(name)
-                    break
+        have = [name for name in options(group) if leaf in _option_yaml(group, name)]
         if have:
             found.append((group, have))
     return found
@@ -145,6 +134,7 @@ def precheck(args: list[str]) -> None:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ValueType
     from hydra.errors import HydraException
 
     from .config import validate
@@ -159,6 +149,11 @@ def precheck(args: list[str]) -> None:
         fail(f"cannot parse overrides: {str(e).splitlines()[0]}")
     multirun = any(a in ("-m", "--multirun") for a in args)
     for o in parsed:
+        if o.value_type == ValueType.INTERVAL_SWEEP:  # Hydra's basic sweeper cannot enumerate it: a traceback
+            fail(
+                f"invalid config: {o.input_line} — values to run, not a continuous range (interval() is for "
+                f"optimizing sweepers): {_key(o)}=a,b,c, choice(a,b) or range(start,stop,step) with -m"
+            )
         if o.is_sweep_override() and not multirun:
             fail(
                 f"invalid config: {o.input_line} — one value without -m: add -m to sweep over "
@@ -212,6 +207,8 @@ def precheck(args: list[str]) -> None:
                 fail(f"invalid config: {key}=<removed> — the run needs it: {_allowed(cfg, key)} (remove the ~)")
         for o in keys:  # with or without +: a key nothing reads would be ignored silently
             key = o.key_or_group
+            if key.split(".")[0] in GROUPS and key.split(".", 1)[1:] == ["name"]:
+                _check_group_name(cfg, key.split(".")[0], o)
             if _node(cfg, key) is None and key.split(".")[0] not in EXTENSIONS:
                 added = f"{_key(o)}=... adds a key that nothing reads; " if o.is_add() or o.is_force_add() else ""
                 fail(
@@ -232,6 +229,7 @@ def precheck(args: list[str]) -> None:
                 _resolve_all(composed, combo)
                 _check_types(cfg, composed, [o.key_or_group for o in keys if _node(cfg, o.key_or_group) is not None])
                 validate(composed)
+                _check_threads(composed)
                 if multirun:
                     _check_data(composed)
             except ConfigError as e:
@@ -241,6 +239,33 @@ def precheck(args: list[str]) -> None:
     GlobalHydra.instance().clear()
     for line in twice:
         print(line, file=sys.stderr)
+
+
+def _check_group_name(cfg, group: str, o) -> None:
+    """``dataset.name=mnist``: a group's ``name`` comes with the option chosen (``dataset=mnist`` brings mnist's keys
+    too); another name would run one option's keys with another's code (mnist's loader without its ``root``)."""
+    chosen = OmegaConf.select(cfg, f"{group}.name", default=None)
+    for v in (v.strip("'\"") for v in _values(o)):
+        if v == chosen:
+            continue  # the name it has: nothing changes
+        named = [n for n in options(group) if _option_yaml(group, n).get("name", n) == v]
+        use = (
+            f"use {group}={named[0]} to choose it" if named else f"choose {group}=<one of {', '.join(options(group))}>"
+        )
+        fail(f"invalid config: {group}.name={v!r} — {use}; {group}.name is set by the group (now {chosen!r})")
+
+
+def _option_yaml(group: str, name: str) -> dict:
+    """The keys of option ``name`` of ``group`` as written (conf/ first, then --config-dir); {} if not a mapping."""
+    for d in (CONF_DIR, *CONFIG_DIRS):
+        f = d / group / f"{name}.yaml"
+        if f.is_file():
+            try:
+                node = yaml.safe_load(f.read_text())
+            except yaml.YAMLError:
+                node = None
+            return node if isinstance(node, dict) else {}
+    return {}
 
 
 @functools.lru_cache(maxsize=4)
@@ -373,14 +398,52 @@ def _check_data(cfg) -> None:
         )
 
 
+RUN_DIR_ROOM = 256  # bytes kept below the system's path limit: a sweep's job dir (<= 121, config.dirname) and the
+# longest file a run writes in its dir (previous/<time>/diagnostics/head_similarity/round_00001.npz.tmp...: < 128)
+
+
+def _check_threads(cfg) -> None:
+    """``hardware.threads`` and ``hardware.workers`` threads can be started here (a limit on processes, the cgroup's
+    pids.max, or the address space for their stacks): else OpenMP ends the run mid-way ("Thread creation failed")."""
+    from .checks import is_int
+
+    for key in ("hardware.threads", "hardware.workers"):
+        n = OmegaConf.select(cfg, key, default=None)
+        if is_int(n) and (got := _threads_startable(n)) < n:
+            raise ConfigError(
+                key, n, f"at most {got}: only {got} threads can be started here (ulimit -u, the cgroup's pids.max or "
+                f"memory for their stacks); this machine has {os.cpu_count()} CPUs"
+            )  # fmt: skip
+
+
+@functools.lru_cache(maxsize=8)
+def _threads_startable(n: int) -> int:
+    """How many of ``n`` threads can be started at once (each waits until all are stopped and joined)."""
+    import threading
+
+    stop, started = threading.Event(), []
+    try:
+        for _ in range(n):
+            started.append(threading.Thread(target=stop.wait, daemon=True))
+            started[-1].start()
+    except RuntimeError:  # "can't start new thread"
+        started.pop()
+    finally:
+        stop.set()
+        for t in started:
+            t.join()
+    return len(started)
+
+
 def _check_output_dir(parsed, multirun: bool) -> None:
     """The run (or sweep) dir can be made: no existing file on its path, its nearest existing parent writable."""
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
-    given = next((o for o in parsed if o.key_or_group == key and not o.is_delete()), None)
+    given = next((o for o in reversed(parsed) if o.key_or_group == key and not o.is_delete()), None)  # the last
     template = _values(given)[0].strip("'\"") if given else ("outputs/multirun" if multirun else "outputs/runs/x")
     if not template.strip():
         fail(f"invalid config: {key}='' — a directory path (empty: the run would write into the current directory)")
     static = template.split("${", 1)[0]
+    _check_path_length(key, template, static)
     path = Path(static if static == template else os.path.dirname(static) or ".")
     while not path.exists() and path != path.parent:
         path = path.parent
@@ -388,6 +451,25 @@ def _check_output_dir(parsed, multirun: bool) -> None:
         fail(f"invalid config: {key}={template!r} — a directory path ({path} is an existing file)")
     if path.exists() and not _can_make_dir_in(path):
         fail(f"invalid config: {key}={template!r} — a writable location ({path} is not writable)")
+
+
+def _check_path_length(key: str, template: str, static: str) -> None:
+    """The run dir's path fits the system's limits (checked before the path is first looked up: a name too long
+    makes every lookup fail)."""
+    name_max, path_max = os.pathconf(".", "PC_NAME_MAX"), os.pathconf(".", "PC_PATH_MAX")
+    shown = template if len(template) <= 80 else f"{template[:60]}...({len(template)} characters)"
+    for part in Path(static).parts:
+        if len(os.fsencode(part)) > name_max:
+            fail(
+                f"invalid config: {key}={shown!r} — a path whose names have at most {name_max} bytes each "
+                f"({part[:20]}... has {len(os.fsencode(part))})"
+            )
+    whole = len(os.fsencode(os.path.abspath(static)))
+    if whole + RUN_DIR_ROOM > path_max:
+        fail(
+            f"invalid config: {key}={shown!r} — a path of at most {path_max - RUN_DIR_ROOM} bytes in all, from / "
+            f"(it has {whole}; the system's limit is {path_max} and the run's own files need the rest)"
+        )
 
 
 def _can_make_dir_in(path: Path) -> bool:
@@ -421,8 +503,7 @@ def _task(cfg: DictConfig):
         summary = run.execute()
         skipped = run.skipped
     except Preempted as e:
-        saved = getattr(e, "checkpoint", None)
-        where = f"checkpoint saved in {run_dir}" if saved else f"nothing to save yet in {run_dir}"
+        where = f"checkpoint saved in {run_dir}" if getattr(e, "checkpoint", None) else _not_saved(cfg, run_dir)
         print(f"fedbench: {e} received: {where}; re-run the same command to resume", file=sys.stderr, flush=True)
         hand_over(e.signum)  # e.g. submitit's USR2 handler: requeue this job (it resumes from the checkpoint)
         sys.exit(128 + e.signum)
@@ -458,6 +539,18 @@ def _task(cfg: DictConfig):
             },
         )
     return summary.get("metrics") if summary else None
+
+
+def _not_saved(cfg, run_dir: Path) -> str:
+    """What a signal that saved nothing leaves to resume from: the newest periodic checkpoint, if any (with
+    ``checkpoint.on_signal=false`` the rounds after it are not saved)."""
+    from .checkpoint import directory
+
+    saved = sorted(directory(run_dir).glob("round_*.pt"))
+    if not saved:
+        return f"nothing to save yet in {run_dir}"
+    why = "checkpoint.on_signal=false" if not OmegaConf.select(cfg, "checkpoint.on_signal") else "nothing newer yet"
+    return f"not saved now ({why}); the newest checkpoint is of round {int(saved[-1].stem[6:])}, in {run_dir}"
 
 
 def _as_typed(e: Exception, cfg, hc) -> Exception:
@@ -650,6 +743,10 @@ def _check_config_files(args: list[str]) -> None:
     dirs = given["path"]
     CONFIG_DIRS[:] = [Path(a.split("=", 1)[1] if "=" in a else args[i + 1]) for i, a in enumerate(args)
                       if a.split("=", 1)[0] in ("--config-dir", "-cd") and ("=" in a or i + 1 < len(args))]  # fmt: skip
+    for d in CONFIG_DIRS:  # Hydra: a warning naming its own source file, then exit 1
+        if not d.is_dir():
+            what = "is a file" if d.exists() else "does not exist"
+            fail(f"invalid config: --config-dir={str(d)!r} — a directory of config groups ({d.resolve()} {what})")
     for name in given["name"]:
         where = [Path(d) for d in dirs] + [CONF_DIR]
         if not any((d / f"{name.removesuffix('.yaml')}.yaml").is_file() for d in where):

@@ -19,6 +19,9 @@ MAX_ROUNDS = 10**7  # far beyond any paper (1,500); a larger count is a typo, an
 F32_MAX = 3.4e38  # a larger learning rate is inf in float32: the first step would wipe the model
 
 
+_finite = number()[0]  # a finite int or float, not a bool
+
+
 CHECKS: dict[str, tuple] = {
     "seed": int_at_least(0),
     "partition.seed": int_at_least(0),
@@ -95,11 +98,11 @@ CHECKS: dict[str, tuple] = {
             or (
                 hasattr(v, "keys")
                 and set(v.keys()) == {"mean", "std"}
-                and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in [*v["mean"], *v["std"]])
+                and all(_finite(x) for x in [*v["mean"], *v["std"]])
                 and all(x > 0 for x in v["std"])
             )
         ),
-        "null or {mean: [...], std: [...]} with every std > 0 (one value per channel)",
+        "null or {mean: [...], std: [...]} of finite numbers with every std > 0 (one value per channel)",
     ),
     "dataset.augment": (
         lambda v: (

@@ -24,6 +24,7 @@ from fedbench.config import CHECKS
 from fedbench.errors import ConfigError
 
 FAST = ["rounds=1", "clients=4", "local_epochs=1", "logger=none", "hardware.threads=1"]
+NAME_MAX, PATH_MAX = os.pathconf(".", "PC_NAME_MAX"), os.pathconf(".", "PC_PATH_MAX")  # the system's path limits
 
 
 def leaves(node: dict, prefix: str = ""):
@@ -121,8 +122,13 @@ EXTRA = [
     ("rounds=99999999999999999999999", "rounds", "99999999999999999999999"),
     ("partition=shards partition.shards_per_client=1000", "partition.shards_per_client", "1000"),
     ("batch_size=100000 drop_last=true", "batch_size", "100000"),
-    ("hydra.run.dir=", "hydra.run.dir", "''"),
     ("dataset.normalize={mean:[0.5],std:[0]}", "dataset.normalize", "'std': [0]"),
+    # issue #54: a traceback after the run dir was made, and values that passed the checks and failed late
+    ("dataset.name=mnist", "dataset.name", "'mnist' — use dataset=mnist to choose it"),
+    ("dataset.normalize={mean:[nan],std:[1]}", "dataset.normalize", "'mean': [nan]"),  # was "diverged in round 1"
+    ("algorithm=ifca algorithm.clusters=5", "algorithm.clusters", "5 — an integer in [1, clients=4]"),  # FAST: 4
+    ("algorithm=fedprox algorithm.mu=inf", "algorithm.mu", "inf — a number in [0, inf)"),  # was "[0, inf]"
+    ("model.hidden=[1000000000000]", "model", "'mlp' — too large for this machine's memory"),
 ]
 
 
@@ -271,6 +277,15 @@ def test_an_impossible_dominant_groups_request_names_what_is_available():
         (["+algorithm=fedprox"], "+algorithm=fedprox — algorithm is always chosen: algorithm=fedprox"),
         (["--config-name=nosuch"], "--config-name='nosuch' — a config file in"),
         (["hydra.run.dir=/proc/fedbench_run"], "hydra.run.dir='/proc/fedbench_run' — a writable location"),
+        (["hydra.run.dir="], "hydra.run.dir='' — a directory path"),  # (the table above adds a run dir after it)
+        (["hydra.run.dir=", "hydra.run.dir=run/" + "a" * 300], "has 300"),  # the last one given is the one used
+        # issue #54: tracebacks
+        (["-m", "lr=interval(0,1)"], "lr=interval(0,1) — values to run, not a continuous range"),
+        (["lr=interval(0,1)"], "lr=interval(0,1) — values to run, not a continuous range"),
+        (["--config-dir", "/nonexistent/dir"], "--config-dir='/nonexistent/dir' — a directory of config groups"),
+        ([f"hydra.run.dir=run/{'a' * 300}"], f"at most {NAME_MAX} bytes each (aaaaaaaaaaaaaaaaaaaa... has 300)"),
+        ([f"hydra.run.dir={'/'.join(['b' * 200] * 25)}"], f"a path of at most {PATH_MAX - cli.RUN_DIR_ROOM} bytes"),
+        (["-m", "seed=0,1", f"hydra.sweep.dir={'/'.join(['b' * 200] * 25)}"], "hydra.sweep.dir='bbbbbbb"),
     ],
 )
 def test_command_line_mistakes_hydra_reported_in_many_lines(args, words, tmp_path, capsys, monkeypatch):
@@ -281,7 +296,99 @@ def test_command_line_mistakes_hydra_reported_in_many_lines(args, words, tmp_pat
     code, err = fedbench_in_process([*FAST, *args], capsys)
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert code == 2 and len(lines) == 1 and words in lines[0], err
-    assert not (tmp_path / "outputs").exists()
+    assert not any(tmp_path.iterdir())  # nothing written: no outputs/, no part of a run dir
+
+
+def test_a_long_run_dir_within_the_limits_runs(tmp_path, capsys, monkeypatch):
+    """The path checks refuse only what the system cannot make: names of NAME_MAX bytes, and a path that leaves
+    RUN_DIR_ROOM below PATH_MAX, run."""
+    monkeypatch.chdir(tmp_path)
+    name = "c" * NAME_MAX
+    fill = PATH_MAX - cli.RUN_DIR_ROOM - len(os.fsencode(str(tmp_path))) - 1  # bytes left for "/<names>"
+    parts = [name] * (fill // (NAME_MAX + 1))
+    rest = fill - len(parts) * (NAME_MAX + 1) - 1
+    run_dir = tmp_path.joinpath(*parts, *(["d" * rest] if rest > 0 else []))
+    assert len(os.fsencode(str(run_dir))) in (PATH_MAX - cli.RUN_DIR_ROOM, PATH_MAX - cli.RUN_DIR_ROOM - 1)
+    code, err = fedbench_in_process([*FAST, "dataset=digits", f"hydra.run.dir={run_dir}"], capsys)
+    assert code == 0, err
+    assert (run_dir / "summary.json").is_file()
+
+
+def test_an_unbounded_range_end_is_open():
+    """Issue #54: ``algorithm.mu=inf`` was refused with "a number in [0, inf]", which includes it."""
+    from fedbench.checks import number
+
+    assert number(0, None)[1] == "a number in [0, inf)" and number(None, 1)[1] == "a number in (-inf, 1]"
+    assert number(0, 1, hi_open=True)[1] == "a number in [0, 1)" and not number(0, None)[0](float("inf"))
+
+
+def test_ifca_takes_as_many_clusters_as_clients(tmp_path, capsys, monkeypatch):
+    """Issue #54: 1,000 clusters for 4 clients ran (1,000 models, most trained by nobody); clusters = clients runs."""
+    monkeypatch.chdir(tmp_path)
+    code, err = fedbench_in_process([*FAST, "algorithm=ifca", "algorithm.clusters=4", "hydra.run.dir=run"], capsys)
+    assert code == 0, err
+
+
+def test_a_model_too_large_for_memory_says_its_size(tmp_path, capsys, monkeypatch):
+    """Issue #54: it was "does not fit the dataset's 1x8x8 inputs (... can't allocate)". digits: 64 inputs, 10 classes;
+    one hidden layer of 10^12: 64·10^12 + 10^12 (its weights and biases) + 10·10^12 + 10 (the head) parameters."""
+    monkeypatch.chdir(tmp_path)
+    code, err = fedbench_in_process([*FAST, "model.hidden=[1000000000000]", "hydra.run.dir=run"], capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert "model='mlp' — too large for this machine's memory: 75,000,000,000,010 parameters, " in err
+    assert "does not fit" not in err and not (tmp_path / "run").exists()
+
+
+LIMITED = """
+import resource, sys
+import numpy, torch  # what a run loads, before the limit
+from fedbench import cli
+vm = next(int(ln.split()[1]) for ln in open("/proc/self/status") if ln.startswith("VmSize:")) * 1024
+resource.setrlimit(resource.RLIMIT_AS, (vm + 2**30, resource.RLIM_INFINITY))
+sys.argv = ["fedbench", *sys.argv[1:]]
+cli.main()
+"""
+
+
+def test_more_threads_than_can_be_started_are_refused(tmp_path):
+    """Issue #54: hardware.threads=1000 where 1000 threads cannot be started ended the run mid-way (OpenMP's "Thread
+    creation failed", a run dir left "running"). Here 1 GiB of address space is left for 8 MiB thread stacks (room
+    for about 128): one line naming the key, before any run dir."""
+    import resource
+    import subprocess
+
+    if not Path("/proc/self/status").is_file():
+        pytest.skip("needs /proc (Linux)")
+    hard = resource.getrlimit(resource.RLIMIT_STACK)[1]
+    stack = 8 * 2**20 if hard == resource.RLIM_INFINITY else min(8 * 2**20, hard)
+
+    def limit_stack():  # read by the C library at start: the default stack of every thread
+        resource.setrlimit(resource.RLIMIT_STACK, (stack, hard))
+
+    args = [a for a in FAST if not a.startswith("hardware.threads")]
+    p = subprocess.run(
+        [sys.executable, "-c", LIMITED, *args, "hardware.threads=1000", f"hydra.run.dir={tmp_path / 'run'}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=limit_stack,
+    )
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode == 2 and len(lines) == 1, p.stderr[-3000:]
+    assert lines[0].startswith("fedbench: invalid config: hardware.threads=1000 — at most "), lines[0]
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("seeds", ["abc", "0,,1", "1.5", "-1", "²"])
+def test_claims_seeds_that_are_not_seeds(seeds, capsys):
+    """Issue #54: ``fedbench-claims run fedrema --seeds abc`` was a ValueError traceback."""
+    from fedbench.claims import _seed_list, main
+
+    assert main(["run", "fedrema", "--seeds", seeds, "--dry-run"]) == 2
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert lines == [f"fedbench-claims: --seeds {seeds!r} — a comma list of seeds, integers >= 0 (e.g. --seeds 0,1)"]
+    assert _seed_list("3, 1") == [3, 1]
 
 
 def test_config_dir_group_files_are_options_and_broken_yaml_is_one_line(tmp_path, capsys, monkeypatch):

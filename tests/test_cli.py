@@ -158,6 +158,14 @@ BAD = [
     (["partition=dominant_groups", "partition.s=1.5"], "partition.s=1.5", "s ≤ 1"),
     (["algorithm=ecl", "algorithm.num_experts=0"], "algorithm.num_experts=0", "an integer >= 1"),
     (["hardware.workers=0"], "hardware.workers=0", "auto or an integer >= 1"),
+    # issue #54: a group's name alone ran one option's keys with another's code ("Key 'root' is not in struct")
+    (
+        ["dataset.name=mnist"],
+        "dataset.name='mnist'",
+        "use dataset=mnist to choose it; dataset.name is set by the group",
+    ),
+    (["-m", "model.name=mlp,cnn"], "model.name='cnn'", "use model=cnn to choose it; model.name is set by the group"),
+    (["algorithm.name=nosuch"], "algorithm.name='nosuch'", "choose algorithm=<one of cafeme, ditto,"),
 ]
 
 
@@ -312,3 +320,40 @@ def test_a_key_given_twice_is_said_and_the_last_one_used(capsys):
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         assert compose("config", overrides=["rounds=3", "rounds=4"]).rounds == 4
+
+
+def test_a_group_name_that_the_group_has_passes(capsys):
+    """``dataset.name=digits`` with dataset=digits (the default) changes nothing: accepted without a word."""
+    from fedbench.cli import precheck
+
+    precheck(["dataset.name=digits", "model=tcnn", "model.name=cnn", "logger=none"])  # tcnn's own name is cnn
+    assert capsys.readouterr().err == ""
+
+
+def test_a_signal_with_checkpoints_on_signal_off_names_the_newest_checkpoint(tmp_path):
+    """Issue #54: with checkpoint.on_signal=false a SIGTERM said "nothing to save yet" although periodic checkpoints
+    were there (and a re-run resumed from them)."""
+    import signal
+    import time
+
+    from fedbench import checkpoint as ckpt
+
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "FEDBENCH_CACHE": str(tmp_path / "cache")}
+    args = ["rounds=100000", "clients=4", "local_epochs=1", "logger=none", "hardware.threads=1"]
+    args += ["checkpoint.every=1", "checkpoint.on_signal=false", f"hydra.run.dir={run_dir}"]
+    proc = subprocess.Popen([*FEDBENCH, *args], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 300
+        while not (ckpt.directory(run_dir) / "round_000002.pt").exists() and proc.poll() is None:
+            assert time.time() < deadline, "no checkpoint of round 2 in 300 s"
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=300)
+    newest = ckpt.read_latest(run_dir)["round"]
+    assert proc.returncode == 128 + signal.SIGTERM and newest >= 2, err[-3000:]
+    assert err == (
+        f"fedbench: SIGTERM received: not saved now (checkpoint.on_signal=false); the newest checkpoint is of round "
+        f"{newest}, in {run_dir}; re-run the same command to resume\n"
+    )

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import seeding
-from ..checks import int_at_least
+from ..checks import is_int
 from ..communication import Traffic, numel
 from ..engine.stack import mix, rows
 from . import register
@@ -34,7 +34,9 @@ class IFCA(Algorithm):
     state_attrs = ("W", "WB")  # cluster stacks: leading axis = J clusters
 
     def setup(self):
-        self.J = self.checked_hp("clusters", int_at_least(1))
+        self.J = self.checked_hp(  # more clusters than clients: in every round some are trained by nobody
+            "clusters", (lambda v: is_int(v) and 1 <= v <= self.K, f"an integer in [1, clients={self.K}]")
+        )
         self.W, self.WB = self.initial_clusters()
 
     def initial_clusters(self):

@@ -309,7 +309,7 @@ def main(argv=None) -> int:
                         invoked,
                         committed_records(name),
                         args.only.split(",") if args.only else None,
-                        [int(x) for x in args.seeds.split(",")] if args.seeds else None,
+                        _seed_list(args.seeds) if args.seeds else None,
                         args.estimate,
                     )
                     for name in _papers(args.paper)
@@ -388,6 +388,14 @@ def main(argv=None) -> int:
     except (ClaimsError, ConfigError) as e:  # ConfigError: --estimate builds each experiment's data
         print(f"fedbench-claims: {e}", file=sys.stderr)
         return 2
+
+
+def _seed_list(text: str) -> list[int]:
+    """``--seeds 0,1``: the seeds as integers, or one line naming the flag, the value and what it takes."""
+    parts = [p.strip() for p in text.split(",")]
+    if not all(p.isdecimal() for p in parts):  # what int() reads, no sign
+        raise ClaimsError(f"--seeds {text!r} — a comma list of seeds, integers >= 0 (e.g. --seeds 0,1)")
+    return [int(p) for p in parts]
 
 
 __all__ = [

@@ -45,8 +45,13 @@ def build_model(cfg, input_shape, num_classes: int) -> SplitNet:
         net.train()
     except TypeError as e:
         raise ConfigError("model", cfg.name, f"unknown option for this model ({e})") from None
-    except RuntimeError as e:
+    except (RuntimeError, MemoryError) as e:
         first = str(e).splitlines()[0]
+        if isinstance(e, (MemoryError, torch.OutOfMemoryError)) or "can't allocate memory" in first:
+            size = _size(MODELS[cfg.name], input_shape, num_classes, options)
+            raise ConfigError(
+                "model", cfg.name, f"too large for this machine's memory: {size}, with {options}"
+            ) from None
         raise ConfigError("model", cfg.name, f"does not fit the dataset's {shape} inputs ({first})") from None
     plain = [n for n, m in net.named_modules() if isinstance(m, torch.nn.modules.dropout._DropoutNd)]
     if plain:  # torch's dropout draws from the global generator: under vmap it raises, sequentially it is unkeyed
@@ -59,6 +64,16 @@ def build_model(cfg, input_shape, num_classes: int) -> SplitNet:
             "model", cfg.name, f"gives outputs {tuple(out.shape)} for {shape} inputs, expected (2, {num_classes})"
         )
     return net
+
+
+def _size(builder, input_shape, num_classes: int, options: dict) -> str:
+    """The size of a model too large to allocate: its parameters counted on the meta device (no memory)."""
+    try:
+        with torch.device("meta"):
+            n = sum(p.numel() for p in builder(tuple(input_shape), num_classes, **options).parameters())
+    except Exception:  # a builder that needs real tensors
+        return "its size is unknown"
+    return f"{n:,} parameters, {n * 4 / 2**30:,.1f} GiB in float32 (each client's copy and the optimizer's state more)"
 
 
 from . import cafeme  # noqa: E402,F401  (registers cafeme_cnn)
