@@ -917,3 +917,20 @@ def test_a_reduced_scales_power_at_the_papers_gap_says_whose_gap_it_is():
     note = "measured in the paper's own setting, not this cpu scale's"
     assert note in "\n".join(test_table(ClaimResult(c, "cpu", outcome)))
     assert "paper's own setting" not in "\n".join(test_table(ClaimResult(c, "paper", outcome)))
+
+
+def test_a_verdict_on_fewer_swept_values_than_the_paper_says_what_it_covers(tmp_path):
+    """Issue #52: a claim worded over every value the paper has (here E = 1, 2, 3, 5), judged at a scale that sweeps
+    E = 1, 2, 3, says in its reason that it covers those only; with the paper's values all swept it says nothing."""
+    claim = {**CLAIM, "holds_if": "fedavg decreasing", "over": "local_epochs"}
+    claim["paper"] = {"fedavg": {1: 60.0, 2: 55.0, 3: 50.0, 5: 45.0}}
+    pc = load_file(_claims_file(tmp_path, [claim], sweep=SWEPT))
+    values = {("fedavg", s, e): 0.60 - 0.05 * e + 0.01 * s * e for s in (0, 1, 2) for e in (1, 2, 3)}
+    res = evaluate_claim(pc, pc.claims[0], _runs(tmp_path, pc, values))
+    assert res.outcome.verdict == HOLDS
+    assert "covers local_epochs = 1, 2, 3 of the paper's 1, 2, 3, 5 — the verdict speaks for these values only" in (
+        res.outcome.reason
+    )
+    claim["paper"] = {"fedavg": {1: 60.0, 3: 50.0}}
+    pc = load_file(_claims_file(tmp_path, [claim], sweep=SWEPT))
+    assert "covers" not in evaluate_claim(pc, pc.claims[0], RunSet(pc, "smoke", tmp_path / "runs")).outcome.reason

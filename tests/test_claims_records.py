@@ -176,7 +176,8 @@ def _timed(sweep, job, num, seconds, machine):
 
 def test_a_time_claim_compares_the_runs_of_one_machine_only(tmp_path):
     """Compute times from a GPU and a CPU are not paired evidence: the claim is "not comparable", never a verdict."""
-    claim = {**CLAIM, "metric": "wall_time", "holds_if": "fedavg < local", "percent": False, "worst": 1e5}
+    claim = {**CLAIM, "metric": "wall_time", "holds_if": "fedavg < local", "percent": False, "worst": 1e5,
+             "tolerance": 1.0, "tolerance_why": "one second"}  # fmt: skip
     claim.update(paper={"fedavg": 10.0, "local": 20.0}, tolerance=0.0)
     pc = load_file(_claims_file(tmp_path, [claim]))
     jobs, _ = pc.experiments["grid"]["smoke"].jobs()

@@ -316,6 +316,8 @@ def evaluate_claim(pc: PaperClaims, claim: Claim, runset: RunSet) -> ClaimResult
         paper=paper,
         paper_scale=scale == "paper",
     )
+    if res.outcome.tests and (part := coverage(claim, res.cols)):
+        res.outcome.reason += "; " + part
     machines = sorted({r.made_on() or "not recorded" for r in used if r.status == "complete"})
     if claim.metric.split(".")[0] in TIMES and len(machines) > 1 and res.outcome.verdict != NOT_RUN:
         res.outcome = Outcome(
@@ -337,6 +339,20 @@ def evaluate_claim(pc: PaperClaims, claim: Claim, runset: RunSet) -> ClaimResult
 
 
 TIMES = ("wall_time", "time_per_round")  # metrics measured in seconds: comparable only on one machine
+
+
+def coverage(claim: Claim, cols: list) -> str:
+    """What a verdict covers where the scale sweeps fewer values than the paper's numbers have (issue #52: ECL's "at
+    every IF" judged at IF = 100 only on MNIST-LT): ``covers imbalance_factor = 100 of the paper's 10, 50, 100 — the
+    verdict speaks for that value only``; "" where it covers them all."""
+    paper_cols = list(dict.fromkeys(k for v in claim.paper.values() if isinstance(v, dict) for k in v))
+    if not claim.over or not paper_cols or set(paper_cols) <= set(cols):
+        return ""
+    key = claim.over.split(":")[-1].split(".")[-1]
+    return (
+        f"covers {key} = {', '.join(map(str, cols))} of the paper's {', '.join(map(str, paper_cols))} — the verdict "
+        f"speaks for {'that value' if len(cols) == 1 else 'these values'} only"
+    )
 
 
 def pilot(claim: Claim, res: ClaimResult, exp: Experiment, paper: dict, scale: str) -> Outcome | None:
