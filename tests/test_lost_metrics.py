@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -172,7 +173,8 @@ def test_a_stale_heartbeat_from_another_host_is_taken_over_with_a_line(tmp_path)
     code, err = fedbench_here(*ARGS, f"hydra.run.dir={run_dir}", tmp_path=tmp_path)
     assert code == 0 and status(run_dir)["status"] == "complete", err[-3000:]
     assert f"took over the stale lock of {run_dir} (pid 4242 on host node-b17" in err
-    assert f"its heartbeat is {age:.0f} s old, over {HEARTBEAT_TIMEOUT_S:.0f} s" in err
+    said = re.search(rf"its heartbeat is (\d+) s old, over {HEARTBEAT_TIMEOUT_S:.0f} s\)", err)
+    assert said and age <= int(said.group(1)) < age + 60, err  # (its age when the run got to the lock)
     assert not (run_dir / LOCK_NAME).exists()  # released at the end
 
 
@@ -181,16 +183,16 @@ def test_the_holder_keeps_its_heartbeat_fresh(tmp_path):
     another node) well after the timeout, it still refuses a newcomer; once released, no more beats."""
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir(), b.mkdir()
-    lock = RunDirLock(a, timeout=0.4)  # a beat every 0.1 s
+    lock = RunDirLock(a, timeout=1.0)  # a beat every 0.25 s
     lock.acquire()
     try:
         first = json.loads((a / LOCK_NAME).read_text())["heartbeat"]
-        time.sleep(1.0)  # 2.5 timeouts
+        time.sleep(2.5)  # 2.5 timeouts
         seen = json.loads((a / LOCK_NAME).read_text())
-        assert seen["heartbeat"] > first + 0.5 and seen["pid"] == os.getpid()
+        assert seen["heartbeat"] > first + 1.5 and seen["pid"] == os.getpid()
         (b / LOCK_NAME).write_text(json.dumps({**seen, "host": "node-b17"}))
-        with pytest.raises(RunDirBusy, match="heartbeat 0 s ago"):
-            RunDirLock(b, timeout=0.4).acquire()
+        with pytest.raises(RunDirBusy, match="heartbeat [01] s ago"):
+            RunDirLock(b, timeout=1.0).acquire()
     finally:
         lock.release()
     assert (b / LOCK_NAME).read_text().startswith(json.dumps({**seen, "host": "node-b17"}))  # refused: untouched
