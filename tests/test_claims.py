@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -132,8 +133,8 @@ def test_trend_is_the_fitted_change_per_seed_and_flat_every_pair():
 def test_a_trend_over_a_wide_sweep_is_not_carried_by_one_end():
     """Issue #52's case: a lead of 0, 10, 10, 10, 0 at α = 1000, 100, 10, 1, 0.3 that collapses at α = 0.3. On the raw
     α the α = 1000 point carried the fit: the change read −7.3 ("grows with heterogeneity"); on ranks it is 0 (the
-    lead rises and falls back) and the claim cannot hold. A lead that really grows toward small α ((2 + w)·(0, 1, 2, 3, 4) at
-    α = 1000 ... 0.3) is a change of −4·(2 + w) per seed on ranks."""
+    lead rises and falls back) and the claim cannot hold. A lead that really grows toward small α ((2 + w)·(0, 1, 2,
+    3, 4) at α = 1000 ... 0.3) is a change of −4·(2 + w) per seed on ranks."""
     alphas = ["1000", "100", "10", "1", "0.3"]
     wiggle = {0: 0.1, 1: -0.2, 2: 0.15, 3: -0.05, 4: 0.0}
     lead = {
@@ -667,8 +668,10 @@ def test_smoke_scale_runs_and_reports_every_claim(paper, tmp_path, cache_dir, ca
     assert any(c.quote for c in pc.claims) and "The paper's words: “" in (out / f"{paper}.md").read_text()
     md = (out / f"{paper}.md").read_text()
     assert md.count("| smoke |") == len(pc.claims) + 1 and f"fedbench-claims run {paper} --scale smoke" in md
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out
     assert all(c.id in printed for c in pc.claims)
+    assert re.search(r"fedbench-claims: \w+: (\d+) of \1 runs ended", captured.err)  # progress (issue #53)
     if paper != "fedcom":  # the fastest paper checks the reuse
         return
     before = sorted(p.name for p in (runs / "smoke" / paper).iterdir())
@@ -934,3 +937,34 @@ def test_a_verdict_on_fewer_swept_values_than_the_paper_says_what_it_covers(tmp_
     claim["paper"] = {"fedavg": {1: 60.0, 3: 50.0}}
     pc = load_file(_claims_file(tmp_path, [claim], sweep=SWEPT))
     assert "covers" not in evaluate_claim(pc, pc.claims[0], RunSet(pc, "smoke", tmp_path / "runs")).outcome.reason
+
+
+def test_a_launch_says_how_many_of_its_runs_have_ended(tmp_path, capsys):
+    """Issue #53: `fedbench-claims run` said nothing while its runs were made. runner.Progress prints a line each
+    time more of the launch's runs have ended (status.json with an outcome or failed, written after the launch
+    began) — k of n, the time so far and the rest — and a last line when the launch returns; a status.json from
+    before the launch, or of a run still running, does not count."""
+    import os
+    import time
+
+    from fedbench.claims.runner import Progress
+
+    sweep = tmp_path / "sweep"
+    for name, status in (("old", "complete"), ("a", "running"), ("b", "running"), ("c", "running")):
+        (sweep / name).mkdir(parents=True)
+        (sweep / name / "status.json").write_text(json.dumps({"status": status}))
+    os.utime(sweep / "old" / "status.json", (time.time() - 3600, time.time() - 3600))
+    Progress.every = 0.05
+    try:
+        with Progress("table1", sweep, 3) as p:
+            (sweep / "a" / "status.json").write_text(json.dumps({"status": "complete"}))
+            time.sleep(0.5)
+            assert p.ended() == 1
+            (sweep / "b" / "status.json").write_text(json.dumps({"status": "diverged"}))
+            time.sleep(0.5)
+    finally:
+        Progress.every = 5.0
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if "runs ended" in ln]
+    assert lines[0].startswith("fedbench-claims: table1: 1 of 3 runs ended (") and "left)" in lines[0]
+    assert lines[-1].startswith("fedbench-claims: table1: 2 of 3 runs ended (") and len(lines) == 2

@@ -8,12 +8,12 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
+import shutil
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 
-from fedbench.claims import committed_records, default_out, report
+from fedbench.claims import default_out
 from fedbench.claims.spec import papers
 
 
@@ -22,28 +22,42 @@ def _scales(page_csv: Path) -> list[str]:
         return list(dict.fromkeys(row["scale"] for row in csv.DictReader(f)))
 
 
-@pytest.mark.parametrize("paper", papers())
-def test_committed_page_rebuilds_from_records(paper, tmp_path, monkeypatch):
+def _rebuilt(paper: str, out: Path, argv: list[str], capsys) -> None:
+    """`fedbench-claims report <argv>` as a reader types it, from a directory with no runs (the committed records
+    alone), writing to ``out`` where a copy of the committed CSV stands for the committed page."""
+    from fedbench.claims import main
+
     committed = default_out()
+    out.mkdir()
+    shutil.copy(committed / f"{paper}.csv", out / f"{paper}.csv")
+    assert main(["report", *argv, "--out", str(out)]) == 0, capsys.readouterr().err
+    capsys.readouterr()
     page, table = committed / f"{paper}.md", committed / f"{paper}.csv"
-    assert page.exists() and table.exists(), f"{paper}: no committed page"
-    monkeypatch.chdir(tmp_path)  # runs_root 'outputs/claims' (as on the page) holds nothing here: records only
-    out = tmp_path / "pages"
-    report(
-        paper,
-        _scales(table),
-        runs_root=Path("outputs/claims"),
-        out=out,
-        console=Console(file=io.StringIO(), width=200),
-        records=committed_records(paper),
-    )
     assert (out / f"{paper}.md").read_text() == page.read_text(), (
-        f"docs/results/{paper}.md is not what its records give: regenerate it (`fedbench-claims report {paper} "
-        f"--force`, see docs/results/README.md)"
+        f"docs/results/{paper}.md is not what its records give: regenerate it (`fedbench-claims report {paper}`, "
+        "see docs/results/README.md)"
     )
     assert (out / f"{paper}.csv").read_text() == table.read_text()
     rebuilt = sorted(p.name for p in (out / paper).glob("*.png"))
     assert rebuilt == sorted(p.name for p in (committed / paper).glob("*.png"))
+
+
+@pytest.mark.parametrize("paper", papers())
+def test_committed_page_rebuilds_from_records(paper, tmp_path, monkeypatch, capsys):
+    """`fedbench-claims report <paper>` on a fresh clone (issue #53: it used to drop the scales without complete runs,
+    or refuse, asking for paper-scale runs to rebuild a cpu page) gives the committed page, CSV and pictures."""
+    committed = default_out()
+    assert (committed / f"{paper}.md").exists() and (committed / f"{paper}.csv").exists(), f"{paper}: no committed page"
+    monkeypatch.chdir(tmp_path)  # runs_root 'outputs/claims' (as on the page) holds nothing here: records only
+    _rebuilt(paper, tmp_path / "pages", [paper], capsys)
+
+
+def test_a_page_rebuilt_for_one_scale_keeps_its_others(tmp_path, monkeypatch, capsys):
+    """README's `fedbench-claims report fedcom --scale cpu`: the page keeps the scales it shows (their evidence is the
+    committed records) — byte for byte the committed page, not a cpu-only page nor a refusal."""
+    assert len(_scales(default_out() / "fedcom.csv")) > 1 and "cpu" in _scales(default_out() / "fedcom.csv")
+    monkeypatch.chdir(tmp_path)
+    _rebuilt("fedcom", tmp_path / "pages", ["fedcom", "--scale", "cpu"], capsys)
 
 
 def _readme_table(text: str) -> str:
@@ -78,3 +92,27 @@ def test_docs_runs_saved_table_is_the_records():
     assert text[text.index(start) + len(start) : text.index(end)] == out.getvalue(), (
         "docs/claims.md's runs-saved table is stale: replace it with `python -m fedbench.claims.looks`"
     )
+
+
+def test_readme_and_pages_count_runs_alike_and_say_not_at_this_scale_alike():
+    """Issue #53: README's "runs complete" (summed over claims, 44/45) and the page's (a shared run once, 29/30) looked
+    like one quantity; now README's is the page's, scale by scale. And a claim without a setting at a scale reads "not
+    at this scale" in both the By-scale table and the claims table (one said "not run")."""
+    import re
+
+    from fedbench.claims import summary
+
+    committed = default_out()
+    checked = 0
+    for line in summary().splitlines()[2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        paper = re.search(r"docs/results/(\w+)\.md", cells[-1]).group(1)
+        page = (committed / f"{paper}.md").read_text()
+        row = next(r for r in page.splitlines() if r.startswith(f"| {cells[1]} | "))
+        assert row.split(" | ")[-2] == cells[-2], (paper, cells[1])
+        checked += 1
+    assert checked >= 10
+    fedka = (committed / "fedka.md").read_text()
+    by_scale = next(r for r in fedka.splitlines() if r.startswith("| beats_fedavg | "))
+    claims_row = next(r for r in fedka.splitlines() if r.startswith("| **beats_fedavg**") and "| medium |" in r)
+    assert "not at this scale" in by_scale and "| not at this scale |" in claims_row  # medium: no setting

@@ -161,6 +161,7 @@ def test_a_report_never_replaces_a_page_with_less_evidence(tmp_path, capsys):
     assert "smoke c: 5 of the page's 6 complete runs" in str(
         e.value
     ) and "fedbench-claims run toy --scale smoke" in str(e.value)
+    assert "fedbench-claims record toy --scale smoke --runs <their dir>" in str(e.value)
     assert "\n" not in str(e.value)
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == page
     report(pc, ["smoke"], runs, out, force=True)

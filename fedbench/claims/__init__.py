@@ -81,8 +81,10 @@ def report(
     if lost and not force:
         raise ClaimsError(
             f"{out / paper}.md not rewritten: it would lose evidence ({'; '.join(lost[:3])}"
-            f"{f'; {len(lost) - 3} more' if len(lost) > 3 else ''}); run `fedbench-claims run {paper} --scale "
-            f"{lost_scale(lost)}` (or `fedbench-claims record` where the runs are) first, or pass --force"
+            f"{f'; {len(lost) - 3} more' if len(lost) > 3 else ''}): the page counts complete runs that neither "
+            f"{runs_root} nor {records or 'a records file'} holds — record them where they are (`fedbench-claims "
+            f"record {paper} --scale {lost_scale(lost)} --runs <their dir>`) or make them (`fedbench-claims run "
+            f"{paper} --scale {lost_scale(lost)}`); or pass --force to rewrite it with less"
         )
     out.mkdir(parents=True, exist_ok=True)
     for res in results if plots else []:
@@ -148,7 +150,7 @@ def summary(out: Path | None = None) -> str:
     from .predicates import VERDICTS
 
     out = Path(out) if out else default_out()
-    head = ["paper", "scale", "claims", *VERDICTS, "runs complete (summed over claims)", "page"]
+    head = ["paper", "scale", "claims", *VERDICTS, "runs complete (a run shared by claims once)", "page"]
     md = ["| " + " | ".join(head) + " |", "|" + "---|" * 2 + "---:|" * (len(head) - 3) + "---|"]
     for paper in papers():
         path = out / f"{paper}.csv"
@@ -161,9 +163,7 @@ def summary(out: Path | None = None) -> str:
         for scale in [s for s in SCALES if any(k[0] == s for k in claims)]:
             rows = [r for (s, _), r in claims.items() if s == scale]
             counts = Counter(r["verdict"] for r in rows)
-            runs = {(r["claim"], r["runs_complete"], r["runs"]) for r in rows}
-            done = sum(int(c) for _, c, _ in runs)
-            total = sum(int(t) for _, _, t in runs)
+            done, total = int(rows[0]["scale_runs_complete"]), int(rows[0]["scale_runs"])  # as the page's summary
             md.append(
                 f"| {load(paper).title} | {scale} | {len(rows)} | "
                 + " | ".join(str(counts.get(v, 0)) for v in VERDICTS)
@@ -350,12 +350,15 @@ def main(argv=None) -> int:
             raise ClaimsError(str(e)) from None
         done = 0
         for name in _papers(args.paper):
-            scales = (
-                args.scale.split(",") if args.scale else _scales_with_runs(name, args.runs, committed_records(name))
-            ) or _page_scales(default_out() / f"{name}.csv")
-            for s in scales:
+            named = args.scale.split(",") if args.scale else _scales_with_runs(name, args.runs, committed_records(name))
+            for s in named:
                 if s not in SCALES:
                     raise ClaimsError(f"--scale {s!r} — one of {', '.join(SCALES)}")
+            out = args.out or (args.runs / "smoke" / "results" if "smoke" in named else default_out())
+            # the page keeps every scale it shows (issue #53): its evidence is the committed records, so `report
+            # <paper> --scale cpu` and `report all` rebuild the committed page byte for byte on a fresh clone
+            page = _page_scales(out / f"{name}.csv") if "smoke" not in named else []
+            scales = [s for s in SCALES if s in named or s in page]
             if not scales:
                 print(
                     f"fedbench-claims: {name}: no runs under {args.runs} (run `fedbench-claims run {name}` first)",
@@ -369,7 +372,6 @@ def main(argv=None) -> int:
                 }
                 for s in scales
             }
-            out = args.out or (args.runs / "smoke" / "results" if "smoke" in scales else default_out())
             recs = None if "smoke" in scales else committed_records(name)
             report(
                 name,

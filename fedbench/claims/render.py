@@ -124,6 +124,15 @@ def verdict_text(outcome: Outcome) -> str:
     return outcome.verdict + (f" (look {outcome.look})" if outcome.look else "")
 
 
+def row_verdict(res: ClaimResult) -> str:
+    """The claims table's verdict cell: as :func:`verdict_text`, and "not at this scale" where the scale has no setting
+    of the claim's experiment — as the "By scale" table says (issue #53: one said "not run", the other "not at this
+    scale")."""
+    if res.experiment is None and res.outcome.verdict == NOT_RUN:
+        return "not at this scale"
+    return verdict_text(res.outcome)
+
+
 def duration(seconds: float) -> str:
     if not seconds:
         return "—"
@@ -339,7 +348,7 @@ def line(res: ClaimResult) -> list[str]:
         f"{res.claim.id}: {res.claim.claim} ({said(res.claim)})",
         paper_text(res),
         ours_text(res),
-        verdict_text(res.outcome),
+        row_verdict(res),
         "" if h is None else f"{100 * h['chance']:.0f} %" + (" (pilot)" if h["pilot"] else ""),
         res.scale,
         duration(res.seconds),
@@ -455,6 +464,8 @@ CSV_FIELDS = [
     "seconds",
     "hold_chance",
     "hold_seeds_80",
+    "scale_runs_complete",
+    "scale_runs",
 ]
 
 
@@ -464,6 +475,7 @@ def to_csv(paper: str, results: list[ClaimResult]) -> str:
     buf = io.StringIO()
     w = csv.DictWriter(buf, CSV_FIELDS)
     w.writeheader()
+    done = {s: _runs_done([r for r in results if r.scale == s]) for s in dict.fromkeys(r.scale for r in results)}
     for res in results:
         c = res.claim
         base = {
@@ -485,6 +497,8 @@ def to_csv(paper: str, results: list[ClaimResult]) -> str:
             "seconds": f"{res.seconds:.1f}",
             "hold_chance": "" if (h := hold(res)) is None else repr(h["chance"]),
             "hold_seeds_80": "" if h is None or h["seeds"] is None else h["seeds"],
+            "scale_runs_complete": done[res.scale][0],  # the scale's runs, a run shared by claims once (the page's)
+            "scale_runs": done[res.scale][1],
         }
         for t in res.outcome.tests or [None]:
             row = dict(base)
@@ -583,15 +597,14 @@ def to_markdown(
             cells = []
             for scale in scales:
                 res = next(r for r in results if r.claim.id == claim.id and r.scale == scale)
-                cells.append(
-                    f"{verdict_text(res.outcome)} ({res.n_complete}/{res.n_runs})"
-                    if res.experiment
-                    else "not at this scale"
-                )
+                counted = f" ({res.n_complete}/{res.n_runs})" if res.experiment else ""
+                cells.append(row_verdict(res) + counted)
             md.append(f"| {claim.id} | " + " | ".join(cells) + " |")
         md += [
             "",
-            "(complete runs / the runs the claim needs at that scale; each scale's budget: its note below. Look 1: "
+            "(complete runs / the runs the claim needs at that scale — a diverged run is an outcome, counted as the "
+            "claim's worst value, so a verdict may stand on fewer complete runs; a failed or missing one leaves it "
+            "not run; each scale's budget: its note below. Look 1: "
             f"decided on the first {LOOKS[0]} seeds; look 2: on all {LOOKS[1]}.)",
         ]
     md += precision_lines(results, scales)
@@ -886,8 +899,8 @@ def test_table(res: ClaimResult) -> list[str]:
     if res.scale != "paper" and any(t.gap is not None for t in res.outcome.tests):
         md += [
             "",
-            f"(The paper's gap is measured in the paper's own setting, not this {res.scale} scale's: the power there is "
-            "a yardstick of this design, not a prediction of the effect here.)",
+            f"(The paper's gap is measured in the paper's own setting, not this {res.scale} scale's: the power there "
+            "is a yardstick of this design, not a prediction of the effect here.)",
         ]
     return md
 

@@ -113,7 +113,8 @@ def run(
             continue
         sweep.mkdir(parents=True, exist_ok=True)
         started, tic = time.strftime("%Y-%m-%dT%H:%M:%S%z"), time.perf_counter()
-        code = max(launch(args) for args in launches)
+        with Progress(exp.name, sweep, len(runs) - done):
+            code = max(launch(args) for args in launches)
         seconds = time.perf_counter() - tic
         after = sum(r.status in OUTCOMES for r in RunSet(pc, scale, runs_root, records=records).runs(exp))
         record = {
@@ -139,6 +140,63 @@ def run(
         )
         worst = max(worst, code)
     return worst
+
+
+class Progress:
+    """While an experiment's runs are made (issue #53: 8 one-round runs said nothing for minutes and looked hung): a
+    line each time more of them have ended — k of n, the time so far and, from the mean time per ended run, about how
+    long the rest take. A run has ended when its status.json in the sweep dir says an outcome or failed and was written
+    after the launch began (experiments launch one after another, so those are this launch's). Polled every
+    :attr:`every` seconds in a thread; a last line when the launch returns."""
+
+    every = 5.0
+
+    def __init__(self, name: str, sweep: Path, total: int):
+        import threading
+
+        self.name, self.sweep, self.total = name, sweep, total
+        self.stop, self.shown = threading.Event(), 0
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+
+    def ended(self) -> int:
+        n = 0
+        for path in self.sweep.glob("*/status.json"):
+            try:
+                if path.stat().st_mtime >= self.start and json.loads(path.read_text()).get("status") in (
+                    *OUTCOMES,
+                    "failed",
+                ):
+                    n += 1
+            except (OSError, ValueError):  # being written: the next poll reads it
+                continue
+        return min(n, self.total)
+
+    def _show(self, n: int) -> None:
+        spent = time.time() - self.start
+        rest = f"; about {hours(spent / n * (self.total - n))} left" if 0 < n < self.total else ""
+        print(
+            f"fedbench-claims: {self.name}: {n} of {self.total} runs ended ({hours(spent)}{rest})",
+            file=sys.stderr,
+            flush=True,
+        )
+        self.shown = n
+
+    def _watch(self) -> None:
+        while not self.stop.wait(self.every):
+            if (n := self.ended()) > self.shown:
+                self._show(n)
+
+    def __enter__(self):
+        self.start = time.time() - 1.0  # status.json mtimes have a coarse clock on some filesystems
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+        if (n := self.ended()) > self.shown:
+            self._show(n)
+        return False
 
 
 def todo(
