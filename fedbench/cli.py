@@ -19,6 +19,7 @@ from pathlib import Path
 import hydra
 import yaml
 from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.types import ValueType
 from omegaconf import DictConfig, OmegaConf
 
 from . import hydra_cache
@@ -117,6 +118,8 @@ def fail(msg: str, code: int = 2):
 
 
 def _values(o) -> list[str]:
+    if o.value_type == ValueType.GLOB_CHOICE_SWEEP:  # Hydra lists a group's options with its loader, not up yet here
+        return o.value().filter(options(o.key_or_group))
     if o.is_sweep_override():
         return [str(v) for v in o.sweep_string_iterator()]
     return [o.input_line.split("=", 1)[1]]  # as typed, so quoting survives being composed again
@@ -134,7 +137,6 @@ def precheck(args: list[str]) -> None:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.core.override_parser.types import ValueType
     from hydra.errors import HydraException
 
     from .config import validate
@@ -154,6 +156,13 @@ def precheck(args: list[str]) -> None:
                 f"invalid config: {o.input_line} — values to run, not a continuous range (interval() is for "
                 f"optimizing sweepers): {_key(o)}=a,b,c, choice(a,b) or range(start,stop,step) with -m"
             )
+        if o.value_type == ValueType.GLOB_CHOICE_SWEEP:  # (Hydra: a traceback, "ConfigLoader is not set")
+            if o.key_or_group.split("/")[0] not in GROUPS:
+                fail(f"invalid config: {o.input_line} — glob() picks a config group's options; a key takes its values: "
+                     f"{_key(o)}=a,b,c")  # fmt: skip
+            if not _values(o):
+                fail(f"invalid config: {o.input_line} — a pattern matching options of {o.key_or_group}: one of "
+                     f"{', '.join(options(o.key_or_group))}")  # fmt: skip
         if o.is_sweep_override() and not multirun:
             fail(
                 f"invalid config: {o.input_line} — one value without -m: add -m to sweep over "

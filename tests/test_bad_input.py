@@ -282,6 +282,8 @@ def test_an_impossible_dominant_groups_request_names_what_is_available():
         # issue #54: tracebacks
         (["-m", "lr=interval(0,1)"], "lr=interval(0,1) — values to run, not a continuous range"),
         (["lr=interval(0,1)"], "lr=interval(0,1) — values to run, not a continuous range"),
+        (["-m", "algorithm=glob(zzz*)"], "algorithm=glob(zzz*) — a pattern matching options of algorithm: one of cafe"),
+        (["-m", "lr=glob(*)"], "lr=glob(*) — glob() picks a config group's options; a key takes its values: lr=a,b,c"),
         (["--config-dir", "/nonexistent/dir"], "--config-dir='/nonexistent/dir' — a directory of config groups"),
         ([f"hydra.run.dir=run/{'a' * 300}"], f"at most {NAME_MAX} bytes each (aaaaaaaaaaaaaaaaaaaa... has 300)"),
         ([f"hydra.run.dir={'/'.join(['b' * 200] * 25)}"], f"a path of at most {PATH_MAX - cli.RUN_DIR_ROOM} bytes"),

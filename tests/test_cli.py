@@ -357,3 +357,16 @@ def test_a_signal_with_checkpoints_on_signal_off_names_the_newest_checkpoint(tmp
         f"fedbench: SIGTERM received: not saved now (checkpoint.on_signal=false); the newest checkpoint is of round "
         f"{newest}, in {run_dir}; re-run the same command to resume\n"
     )
+
+
+def test_a_glob_sweep_is_checked_over_the_options_it_matches(capsys):
+    """``-m algorithm=glob(fedavg_l*)`` was a traceback in the pre-check (Hydra's "ConfigLoader is not set"); it picks
+    the options it matches, as Hydra's sweep does."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from fedbench.cli import _values, precheck
+
+    (o,) = OverridesParser.create().parse_overrides(["algorithm=glob([fedavg_l*,fedpro*],exclude=fedproto)"])
+    assert _values(o) == ["fedavg_lws", "fedprox", "fedprox_rema"]
+    precheck(["-m", "algorithm=glob(fedavg_l*)", "logger=none"])  # accepted
+    assert capsys.readouterr().err == ""
