@@ -385,25 +385,40 @@ def test_a_metric_no_run_has_is_refused_with_those_they_have(tmp_path, capsys):
     assert report_main([str(tmp_path / "sweep"), "--metric", "global/acc", "--no-plots"]) == 0
 
 
-def test_runs_of_one_method_and_seed_on_different_datasets_are_refused_split_or_pooled(tmp_path, capsys):
+def _swept(d: Path, key: str, value, typed: bool = True) -> Path:
+    """Set a dotted config key of a run dir written by :func:`write_run` (and, ``typed``, as the sweep's override)."""
+    cfg = yaml.safe_load((d / "config.yaml").read_text())
+    *parents, last = key.split(".")
+    node = cfg
+    for p in parents:
+        node = node.setdefault(p, {})
+    node[last] = value
+    (d / "config.yaml").write_text(yaml.safe_dump(cfg))
+    if typed:
+        hydra = yaml.safe_load((d / ".hydra" / "hydra.yaml").read_text())
+        hydra["hydra"]["overrides"]["task"].append(f"{key}={value}")
+        (d / ".hydra" / "hydra.yaml").write_text(yaml.safe_dump(hydra))
+    return d
+
+
+def test_runs_of_one_method_and_seed_on_different_datasets_are_one_table_split_or_pooled(tmp_path, capsys):
     """Issue #36 (plots/report): `fedbench-report outputs/runs` averaged a digits and a synthetic FedAvg run into one
-    cell with only a warning. Now: refused in one line naming the key and its values (exit 2, nothing written);
-    ``--split dataset.name`` gives one table per dataset with each run's own numbers; ``--pool`` averages, warning."""
+    cell with only a warning. Issue #53: the key they differ in is the table's rows (each run its own numbers, never
+    averaged); ``--split dataset.name`` gives one table per dataset; ``--pool`` averages, warning."""
     from fedbench.report import main as report_main
 
     dirs = []
     for name, acc in (("digits", [0.1, 0.7]), ("synthetic", [0.1, 0.3])):
-        d = write_run(tmp_path / name, "fedavg", 0, None, acc=acc)
-        cfg = yaml.safe_load((d / "config.yaml").read_text())
-        cfg["dataset"] = {"name": name}
-        cfg["hardware"] = {"threads": 1 if name == "digits" else 2}  # where it ran: never a reason to refuse
-        (d / "config.yaml").write_text(yaml.safe_dump(cfg))
+        d = _swept(write_run(tmp_path / name, "fedavg", 0, None, acc=acc), "dataset.name", name, typed=False)
+        _swept(d, "hardware.threads", 1 if name == "digits" else 2, typed=False)  # where it ran: never a table key
         dirs.append(str(tmp_path / name))
     out = tmp_path / "report"
-    assert report_main([*dirs, "--no-plots", "--out", str(out)]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "differ in dataset.name (digits, synthetic):" in err and "threads" not in err
-    assert "--split dataset.name" in err and not out.exists()
+    assert report_main([*dirs, "--no-plots", "--out", str(out)]) == 0
+    cells = _csv(out / "runs_global_acc_by_dataset.name.csv")
+    assert {k: float(c["ours_mean"]) for k, c in cells.items() if k[1] == "Best"} == {
+        ("digits", "Best"): pytest.approx(70.0),
+        ("synthetic", "Best"): pytest.approx(30.0),
+    }
     assert report_main([*dirs, "--no-plots", "--out", str(out), "--split", "dataset.name"]) == 0
     for name, best in (("digits", 70.0), ("synthetic", 30.0)):
         cells = _csv(out / f"runs_global_acc_{name}.csv")
@@ -412,6 +427,81 @@ def test_runs_of_one_method_and_seed_on_different_datasets_are_refused_split_or_
     cells = _csv(tmp_path / "pooled" / "runs_global_acc.csv")
     assert float(cells[("fedavg", "Best")]["ours_mean"]) == pytest.approx(50.0)
     assert "several runs with seed 0" in (tmp_path / "pooled" / "runs_global_acc.md").read_text()
+
+
+def test_a_sensitivity_sweep_is_one_table_with_the_swept_key_as_its_rows_and_one_plot_against_it(tmp_path, capsys):
+    """Issue #53 item 3: `fedbench -m algorithm=fedrema algorithm.delta=0.3,0.7 seed=0,1` then `fedbench-report` was
+    refused (--split gave two one-row tables). Now: one table, δ as its rows (in numeric order, not sweep order),
+    mean over seeds per δ; a key derived from δ (changing with it) is not a second axis; one picture with δ on x."""
+    from fedbench.report import main as report_main
+
+    accs = {(0.7, 0): [0.1, 0.5, 0.4], (0.7, 1): [0.1, 0.6, 0.2], (0.3, 0): [0.1, 0.2, 0.9], (0.3, 1): [0.1, 0.3, 0.7]}
+    for (delta, seed), acc in accs.items():
+        d = write_run(tmp_path / "sweep" / f"delta={delta}", "fedrema", seed, None, acc=acc, delta=delta)
+        _swept(d, "algorithm.delta_percent", int(delta * 100), typed=False)
+        _swept(d, "algorithm.delta", delta)
+    out = tmp_path / "report"
+    assert report_main([str(tmp_path / "sweep"), "--out", str(out)]) == 0
+    cells = _csv(out / "runs_global_acc_by_algorithm.delta.csv")
+    # Best: max of each curve, mean over the two seeds; Final: the last value (windows of 2 rounds' evaluations)
+    assert {k: round(float(c["ours_mean"]), 6) for k, c in cells.items()} == {
+        ("0.3", "Best"): 80.0,  # (90 + 70) / 2
+        ("0.3", "Final"): 80.0,
+        ("0.7", "Best"): 55.0,  # (50 + 60) / 2
+        ("0.7", "Final"): 30.0,  # (40 + 20) / 2
+    }
+    md = (out / "runs_global_acc_by_algorithm.delta.md").read_text()
+    assert md.index("| 0.3 |") < md.index("| 0.7 |") and "| delta | Best | Final |" in md
+    assert sorted(p.name for p in out.glob("*_vs_*.png")) == ["runs_global_acc_by_algorithm.delta_vs_delta.png"]
+    [(rep, _)] = report([tmp_path / "sweep"], out=tmp_path / "again", plots=False, wandb="disabled")
+    [(name, fig)] = vs_key_figures(rep)
+    ax = fig.axes[0]
+    assert ax.get_xlabel() == "CCP threshold δ" and [t.get_text() for t in ax.get_xticklabels()] == ["0.3", "0.7"]
+
+
+def test_a_key_swept_over_several_methods_is_the_columns_one_table_per_metric(tmp_path):
+    """Issue #53 item 3: FedAvg and FedProx each at Dirichlet α 0.1 and 0.5 (a key every method has): rows = methods,
+    columns = α, one table per metric (Best, Final) and one picture each with α on x."""
+    acc = {("fedavg", 0.1): [0.1, 0.3, 0.2], ("fedavg", 0.5): [0.1, 0.6, 0.5], ("fedprox", 0.1): [0.1, 0.4, 0.35]}
+    acc[("fedprox", 0.5)] = [0.1, 0.8, 0.7]
+    for (method, alpha), a in acc.items():
+        _swept(write_run(tmp_path / "sweep" / f"a{alpha}", method, 0, None, acc=a), "partition.alpha", alpha)
+    done = report([tmp_path / "sweep"], out=tmp_path / "out", wandb="disabled")
+    assert sorted(rep.table.stem for rep, _ in done) == [
+        "runs_global_acc_best_by_partition.alpha",
+        "runs_global_acc_final_by_partition.alpha",
+    ]
+    best = _csv(tmp_path / "out" / "runs_global_acc_best_by_partition.alpha.csv")
+    assert {k: round(float(c["ours_mean"]), 6) for k, c in best.items()} == {
+        ("fedavg", "alpha=0.1"): 30.0,
+        ("fedavg", "alpha=0.5"): 60.0,
+        ("fedprox", "alpha=0.1"): 40.0,
+        ("fedprox", "alpha=0.5"): 80.0,
+    }
+    final = _csv(tmp_path / "out" / "runs_global_acc_final_by_partition.alpha.csv")
+    assert float(final[("fedprox", "alpha=0.1")]["ours_mean"]) == pytest.approx(35.0)
+    assert all(len(pics) == 2 and pics[1].name.endswith("_vs_alpha.png") for _, pics in done)  # curves, vs α
+
+
+def test_runs_that_differ_in_a_key_one_method_lacks_are_refused_in_one_line(tmp_path, capsys):
+    """A FedAvg run next to a δ sweep of FedReMa: FedAvg has no δ, so δ cannot be an axis of their table: refused
+    in one line (ending in a newline) naming the key, its values and --split / --pool; nothing written."""
+    from fedbench.report import main as report_main
+
+    write_run(tmp_path / "fedavg", "fedavg", 0, None, acc=[0.1, 0.5])
+    for delta in (0.3, 0.7):
+        _swept(
+            write_run(tmp_path / f"d{delta}", "fedrema", 0, None, acc=[0.1, delta], delta=delta),
+            "algorithm.delta",
+            delta,
+        )
+    out = tmp_path / "report"
+    assert (
+        report_main([str(tmp_path / "fedavg"), str(tmp_path / "d0.3"), str(tmp_path / "d0.7"), "--out", str(out)]) == 2
+    )
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.endswith("\n") and "differ in algorithm.delta (0.3, 0.7):" in err
+    assert "--split algorithm.delta" in err and not out.exists()
 
 
 def test_a_sweep_given_twice_counts_once(tmp_path):

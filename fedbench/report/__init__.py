@@ -34,6 +34,7 @@ from .tables import (
     fmt,
     group_tables,
     pooled_keys,
+    swept_tables,
 )
 
 __all__ = [
@@ -91,22 +92,25 @@ def report(
 ) -> list[tuple[Report, list[Path]]]:
     """Every table found in ``dirs``: printed (``fmt``: a rich table, or the Markdown file's text), written to ``out``
     (default ``<first dir>/report``), plotted, logged. Runs without a table node that would share a cell while they
-    differ in a config key (another dataset, model, rounds, ...) are refused (ValueError) unless ``split`` names a
-    key to make one table per value of, or ``pool`` averages them anyway (with a warning). ``spread``: their tables
-    also show the spread of the per-client accuracies (worst 10 %, 10th/50th/90th percentile, final). ``comm``: "MB to
-    <comm> % accuracy" and "MB total" columns and a picture of accuracy against MB (docs/communication.md). Runs whose
-    evaluation protocols differ in one column are refused (ValueError) unless ``mixed_protocols``
-    (docs/protocol.md)."""
+    differ in a config key (a swept hyperparameter, another dataset, ...) get that key as the table's rows or columns
+    (:func:`~.tables.swept_tables`); those that differ in more keys than two axes hold are refused (ValueError) unless
+    ``split`` names a key to make one table per value of, or ``pool`` averages them anyway (with a warning).
+    ``spread``: their tables also show the spread of the per-client accuracies (worst 10 %, 10th/50th/90th percentile,
+    final). ``comm``: "MB to <comm> % accuracy" and "MB total" columns and a picture of accuracy against MB
+    (docs/communication.md). Runs whose evaluation protocols differ in one column are refused (ValueError) unless
+    ``mixed_protocols`` (docs/protocol.md)."""
     runs = collect(dirs)
     if not runs:
         raise FileNotFoundError(f"no runs under {', '.join(map(str, dirs))}")
     present = sorted({m for r in runs for m in r.summary.get("metrics", {})})
     if metric is not None and present and metric not in present:
         raise ValueError(f"--metric {metric!r} — no run under {dirs[0]} has it; they have: {', '.join(present)}")
-    tables = group_tables(runs, metric, split, spread)
-    for table in tables:
+    tables = []
+    for table in group_tables(runs, metric, split, spread):
         clash = pooled_keys(table) if table.paper == "runs" and not pool else {}
-        if clash:
+        swept = swept_tables(table, clash) if clash else [table]
+        tables += swept or []
+        if not swept:
             shown = "; ".join(f"{k} ({', '.join(v)})" for k, v in list(clash.items())[:3])
             more = f" and {len(clash) - 3} more keys" if len(clash) > 3 else ""
             first = next(iter(clash))

@@ -172,6 +172,50 @@ def pooled_keys(table: "Table") -> dict[str, list[str]]:
     return {k: sorted(v) for k, v in out.items()}
 
 
+def swept_tables(table: "Table", clash: dict) -> list["Table"] | None:
+    """A default table whose runs of one method and seed differ in config keys (:func:`pooled_keys`: a sensitivity
+    sweep, e.g. ``algorithm.delta=0.3,0.7``) laid out with the swept key as an axis instead of averaged (issue #53):
+    keys that change together (a key and what is derived from it) are one swept key, named by the one the sweep set.
+    One method, one swept key: the key's values are the rows, the metrics the columns (FedReMa Table 3's δ layout).
+    Two axes (several methods and one swept key, or one method and two): rows x columns, one table per metric. None
+    when that does not fit (three axes, or a run without the key): the caller refuses."""
+    runs = [r for r, _ in table.members]
+    done = [r for r in runs if r.status == "complete"]
+    dims: dict = {}  # the partition of the complete runs a key makes -> the keys making it
+    for k in clash:
+        values = [canon(r.key(k)) for r in done]
+        dims.setdefault(frozenset(frozenset(i for i, v in enumerate(values) if v == x) for x in values), []).append(k)
+    typed = [k for r in runs for k in r.overrides]  # the keys as the command lines set them, in their order
+    rank = {k: typed.index(k) if k in typed else len(typed) for k in clash}
+    keys = sorted((min(ks, key=lambda k: (rank[k], k)) for ks in dims.values()), key=lambda k: (rank[k], k))
+    several = len({canon(r.key(table.rows)) for r in runs}) > 1
+    axes = ([table.rows] if several else []) + keys
+    if len(axes) > 2 or any(r.key(k) is None for r in runs for k in keys):
+        return None
+    base = table.spec
+    if len(axes) == 1:
+        spec = {
+            **base,
+            "rows": keys[0],
+            "id": f"{base['id']}_by_{_slug(keys[0])}",
+            "title": f"{base['title']}, by {keys[0]}",
+        }
+        return [Table(spec, [(r, spec) for r in runs])]
+    rows, cols = axes
+    out = []
+    for name, path in base["metrics"].items():
+        spec = {
+            **base,
+            "rows": rows,
+            "cols": cols,
+            "metrics": {name: path},
+            "id": f"{base['id']}_{_slug(name.lower())}_by_{_slug(cols)}",
+            "title": f"{path_words(path).capitalize()}, by {cols}" + (f" and {rows}" if not several else ""),
+        }
+        out.append(Table(spec, [(r, spec) for r in runs]))
+    return out
+
+
 @dataclass
 class Table:
     spec: dict  # the table node (merged when several configs make one paper table)
