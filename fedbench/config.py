@@ -9,6 +9,7 @@ The README's "Config checks" table lists them all.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from omegaconf import OmegaConf
 
@@ -220,16 +221,34 @@ def _scaled(n, *, _root_):
     return max(1, int(round(float(n) * float(_root_.get("scale", 1.0)))))
 
 
-def dirname(text) -> str:
-    """A file-system-safe, bounded directory name for a run (``default`` when there are no overrides)."""
+NAME_KEEP = (
+    100  # a run dir name longer than NAME_LIMIT keeps the whole key=value items that fit in this many characters
+)
+NAME_LIMIT = 120
+
+
+def dirname(text, parent=None) -> str:
+    """A file-system-safe, bounded directory name for a run (``default`` when there are no overrides). A name over
+    ``NAME_LIMIT`` characters keeps the whole ``key=value`` items that fit in ``NAME_KEEP`` and says how many it left
+    out, with a hash of the whole: ``...,partition=shards,+2_more-<hash>`` — never cut inside a value (issue #53: a
+    cut ``samples_per_client=1-<hash>`` for 100 read as another setting). ``parent``: the folder the name is for; a
+    run made there before issue #53 under the old name (the first 100 characters, then the hash) keeps it, so the same
+    command still resumes or skips it."""
     import hashlib
 
     if not isinstance(text, str):
         text = ",".join(map(str, text))
     text = re.sub(r"[^A-Za-z0-9=,.+_\-]", "_", text.replace("/", "_")).strip("_") or "default"
-    if len(text) > 120:
-        text = text[:100] + "-" + hashlib.sha1(text.encode()).hexdigest()[:12]
-    return text
+    if len(text) <= NAME_LIMIT:
+        return text
+    digest = hashlib.sha1(text.encode()).hexdigest()[:12]
+    cuts = [0] + [m.start() for m in re.finditer(r",(?=[A-Za-z0-9_.+\-]+=)", text)]  # before each key (not a value's ,)
+    keep = max(c for c in cuts if c <= NAME_KEEP)
+    name = f"{text[:keep]}{',' if keep else ''}+{len(cuts) - cuts.index(keep)}_more-{digest}"
+    old = f"{text[:NAME_KEEP]}-{digest}"
+    if parent is not None and (Path(str(parent)) / old).is_dir() and not (Path(str(parent)) / name).exists():
+        return old
+    return name
 
 
 if not OmegaConf.has_resolver("scaled"):
