@@ -257,6 +257,8 @@ def test_bad_claims_files_are_refused_with_the_place_and_the_reason(tmp_path):
         ({k: v for k, v in CLAIM.items() if k != "ours"}, "say whose claim it is"),
         ({**CLAIM, "tune": {"fedprox": "algorithm.mu"}}, "a tuned row must be a name of the predicate"),
         ({**CLAIM, "tune": {"fedavg": "lr"}}, "tune needs the smoke scale's tune_seeds"),
+        ({**CLAIM, "tolerance": 0.2}, "tolerance: 0.2 without tolerance_why"),  # issue #52: every τ says why
+        ({**CLAIM, "percent": False, "worst": 1.0}, "percent: false and no tolerance"),
     ]
     for claim, message in cases:
         with pytest.raises(ClaimsError, match="claims\\[0\\]") as e:

@@ -176,7 +176,10 @@ def test_seeds_after_the_first_look_are_conditional_and_dropped_when_it_decides(
     plans = {p.claim: p for p in _plan(fedcom_plan)}
     conditional = {r.seed for p in plans.values() for r in p.runs if r.look == 2}
     assert conditional == set(SEEDS[LOOKS[0] :])
-    decided = {c: Outcome(HOLDS, "", look=1) for c in ("beats_fedavg", "beats_strongest_baselines", "converges_faster")}
+    pc = fedcom_plan[0]
+    on_table1 = [c.id for c in pc.claims if c.experiment == "table1"]  # beats_fedavg, ..., minority_gain
+    assert {"beats_fedavg", "beats_strongest_baselines", "converges_faster"} <= set(on_table1)
+    decided = {c: Outcome(HOLDS, "", look=1) for c in on_table1}
     after = {p.claim: p for p in _plan(fedcom_plan, outcomes=decided)}
     assert not [r for p in after.values() if p.experiment == "table1" for r in p.runs if r.look == 2]
     assert [r for p in after.values() if p.experiment == "table2" for r in p.runs if r.look == 2]  # not decided
@@ -190,9 +193,9 @@ def test_seeds_after_the_first_look_are_conditional_and_dropped_when_it_decides(
     assert [r for r in two["beats_fedavg"].runs if r.look == 2]
 
 
-def _records(pc, scale: str, experiment: str, value, path, metric: str = "pers/acc_mean") -> None:
-    """Complete records of an experiment's runs whose ``value(run)`` is a number (``metric``'s last, best, final and
-    its round-1 value)."""
+def _records(pc, scale: str, experiment: str, value, path, metrics=("pers/acc_mean", "pers/minority_acc")) -> None:
+    """Complete records of an experiment's runs whose ``value(run)`` is a number (each of ``metrics``' last, best,
+    final and its round-1 value)."""
     from fedbench.claims.results import RunSet
 
     lines = []
@@ -208,8 +211,8 @@ def _records(pc, scale: str, experiment: str, value, path, metric: str = "pers/a
             "overrides": r.overrides,
             "choices": r.choices,
             "config": r.config,
-            "summary": {"status": "complete", "metrics": {metric: {"last": v, "best": v, "final": v}}},
-            "rounds": {"1": {"round": 1, metric: v}},  # converges_faster: the mean over rounds
+            "summary": {"status": "complete", "metrics": {m: {"last": v, "best": v, "final": v} for m in metrics}},
+            "rounds": {"1": {"round": 1, **dict.fromkeys(metrics, v)}},  # converges_faster: the mean over rounds
             "machine": "a test",
         }
         lines.append(json.dumps(rec))
@@ -241,9 +244,9 @@ def test_records_decisive_at_the_first_look_plan_no_later_seeds(fedcom_plan):
     _records(pc, "smoke", "table1", lambda r: values.get((r.choices["algorithm"], r.seed)), path)
     plans = {p.claim: p for p in plan_paper(pc, "smoke", path, conf=conf)}
     table1 = [p for p in plans.values() if p.experiment == "table1"]
-    assert [(p.claim, p.outcome.verdict, p.outcome.look) for p in table1] == [
-        (c, HOLDS, 1) for c in ("beats_fedavg", "beats_strongest_baselines", "converges_faster")
-    ]
+    assert sorted((p.claim, p.outcome.verdict, p.outcome.look) for p in table1) == sorted(
+        (c.id, HOLDS, 1) for c in pc.claims if c.experiment == "table1"
+    )
     assert not [r for p in table1 for r in p.runs]  # seeds 0-2 recorded, 3-4 not needed
     assert [r.seed for r in plans["matching_accurate"].runs if r.look == 2]  # table2: no records, still planned
 
@@ -367,7 +370,7 @@ def test_a_tuned_row_runs_one_grid_value_at_the_judged_seeds(tmp_path):
         return (0.7 if arm == best else 0.5) if r.seed == 5 else None
 
     path = tmp_path / "tuned.jsonl"
-    _records(pc, "smoke", "tuned", value, path, metric="global/acc")
+    _records(pc, "smoke", "tuned", value, path, metrics=("global/acc",))
     after = beats(path)
     assert not [r for r in after.runs if r.seed == 5]
     arms_after = {dict(r.key)["experiment/fedka/arm@_global_"] for r in after.runs}

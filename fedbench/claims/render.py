@@ -827,7 +827,7 @@ def _details(res: ClaimResult, picture: Path | None, gap: Path | None = None) ->
         f"* Predicate: `{c.predicate.text}` on `{c.metric}`"
         + (f" over `{c.over}`" if c.over else "")
         + (f", where {', '.join(f'`{k}={v}`' for k, v in c.where.items())}" if c.where else "")
-        + f"; tolerance τ = {c.tolerance:g}; a diverged run counts as {c.worst:g}"
+        + f"; tolerance τ = {c.tolerance:g} ({c.tolerance_why}); a diverged run counts as {c.worst:g}"
         + (f"; seeds {', '.join(map(str, res.experiment.scale.seeds))}" if res.experiment else ""),
         f"* Verdict: **{res.outcome.verdict}** — {res.outcome.reason}",
         f"* Runs: {res.n_complete} of {res.n_runs} complete"

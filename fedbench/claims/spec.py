@@ -36,6 +36,7 @@ CLAIM_FIELDS = {
     "over",
     "where",
     "tolerance",
+    "tolerance_why",
     "percent",
     "target",
     "worst",
@@ -46,6 +47,9 @@ CLAIM_FIELDS = {
 # difference"; worst: the value a diverged run counts as (default: 0 for a percentage, e.g. accuracy; other metrics
 # must say)
 DEFAULTS = {"tolerance": 0.5, "percent": True, "by": "choice:algorithm"}
+# issue #52: every τ says where it comes from — a claim that sets ``tolerance`` says why in ``tolerance_why``; a claim
+# on a metric that is not a percentage must set it (the default is in accuracy points)
+DEFAULT_WHY = "fedbench's default for accuracy: half a point (fedbench-claims check keeps τ below the paper's own gap)"
 SPREAD = 0.05  # check(): the paper's numbers as 5 seeds, this far apart (displayed units)
 STATS = ("best", "final", "last", "best_round")
 
@@ -152,6 +156,7 @@ class Claim:
     ours: str = ""  # what is ours: the whole claim, or a bound or reading of the paper's words
     tune: dict = field(default_factory=dict)  # {row: grid key}: the row at its best grid value on the tune seeds
     diagnose: list = field(default_factory=list)  # metric paths shown per named method (the mechanism's own numbers)
+    tolerance_why: str = DEFAULT_WHY  # where τ comes from: why it is the smallest effect that matters
 
 
 @dataclass
@@ -314,6 +319,16 @@ def _claim(c: dict, defaults: dict, experiments: dict, where: str) -> Claim:
     tol = c.get("tolerance", defaults["tolerance"])
     if isinstance(tol, bool) or not isinstance(tol, (int, float)) or tol < 0:
         raise ClaimsError(f"{where}: tolerance: {tol!r} — a number >= 0")
+    if "tolerance" in c and not str(c.get("tolerance_why") or "").strip():
+        raise ClaimsError(
+            f"{where}: tolerance: {tol!r} without tolerance_why — say where this smallest effect that matters comes "
+            "from (issue #52)"
+        )
+    if "tolerance" not in c and not c.get("percent", defaults["percent"]):
+        raise ClaimsError(
+            f"{where}: percent: false and no tolerance — the default τ ({defaults['tolerance']}) is in accuracy "
+            "points; set tolerance and tolerance_why for this metric"
+        )
     if not (c.get("quote") or c.get("ours")):
         raise ClaimsError(
             f"{where}: say whose claim it is — 'quote:' (the paper's words; 'source:' says where) and/or 'ours:' "
@@ -348,6 +363,7 @@ def _claim(c: dict, defaults: dict, experiments: dict, where: str) -> Claim:
         " ".join(str(c.get("ours", "")).split()),
         tune,
         [str(m) for m in c.get("diagnose") or []],
+        " ".join(str(c.get("tolerance_why") or DEFAULT_WHY).split()),
     )
 
 
