@@ -49,6 +49,8 @@ def fingerprint(cfg, counted: tuple = ()) -> str:
         if k not in counted:
             d.get("hardware", {}).pop(k, None)
     d.get("eval", {}).pop("protocol", None)  # what a table reports of the run, not what it computes (docs/protocol.md)
+    if (d.get("partition") or {}).get("samples_per_client", 0) is None:  # added by #53; null = the runs made before it
+        d["partition"].pop("samples_per_client")  # (so they resume and are skipped as before)
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

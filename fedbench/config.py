@@ -81,6 +81,7 @@ CHECKS: dict[str, tuple] = {
     "partition.test_fraction": number(0, 1, lo_open=True, hi_open=True),
     "partition.alpha": (lambda v: number(0, None, lo_open=True)[0](v), "a number with 0 < alpha"),  # Dirichlet
     "partition.shards_per_client": int_at_least(1),
+    "partition.samples_per_client": (lambda v: v is None or (is_int(v) and v >= 1), "an integer >= 1 or null"),
     # model widths (each applies where the model has it): a zero-width layer would train nothing
     "model.channels": list_of(lambda x: is_int(x) and x >= 1, "a list of integers >= 1 (one per conv layer)"),
     "model.hidden": list_of(lambda x: is_int(x) and x >= 1, "a list of integers >= 1 (one per hidden layer)"),

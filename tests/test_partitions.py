@@ -237,3 +237,92 @@ def test_dirichlet_gives_up():
     labels = np.repeat(np.arange(C), 10)  # 100 samples, 10 clients must get exactly 10 each
     with pytest.raises(ConfigError, match="partition.min_size"):
         make_partition(cfg("dirichlet", alpha=0.01), labels, 100, C, 10, rng(0, "partition"))
+
+
+# ---- partition.samples_per_client on every partition (issue #53 item 5) -------------------------------------------
+
+SIZED = ["iid", "dirichlet", "shards", "longtail", "complementary_pairs"]
+
+
+def _own(p, n_train=N_TRAIN):
+    """Each client's own samples (train + a local hold-out), concatenated."""
+    return [np.concatenate([t, s]) if s.min(initial=n_train) < n_train else t for t, s in zip(p.train, p.test)]
+
+
+@pytest.mark.parametrize("name", SIZED)
+def test_samples_per_client_null_is_the_partition_as_before(name):
+    """null draws nothing: the split is the one of a config without the key (the runs made before it)."""
+    k = 10 if name == "complementary_pairs" else 20
+    old = OmegaConf.load(CONF / f"{name}.yaml")
+    del old["samples_per_client"]
+    before = make_partition(old, LABELS, N_TRAIN, C, k, rng(5, "partition"))
+    assert cfg(name).samples_per_client is None and same(part(name, k, seed=5), before)
+
+
+def test_shards_made_smaller_keep_their_label_sorted_shards():
+    """The issue's case: shards used the whole train split. 20 clients x 30 samples: a class-stratified 600 of the
+    6000 (60 per class), 40 label-sorted shards of 15 — so every client has exactly 30 samples of at most 2 classes."""
+    p = part("shards", 20, samples_per_client=30, test_split="global")
+    check_common(p)
+    assert np.array_equal(p.counts.sum(0), np.full(C, 60)) and p.info["dropped"] == 0
+    assert all(len(t) == 30 for t in p.train)
+    assert max(len(np.unique(LABELS[t])) for t in p.train) <= 2
+    with pytest.raises(ConfigError, match=r"partition.samples_per_client=301 — at most 300 with 20 clients"):
+        part("shards", 20, samples_per_client=301)
+    with pytest.raises(ConfigError, match=r"num_shards=200 — .* = 40 .*smaller shards: partition.samples_per_client"):
+        part("shards", 20, num_shards=200)  # what the issue's user tried first
+
+
+def test_iid_dirichlet_and_pairs_made_smaller_split_k_times_m_samples_in_the_classes_proportions():
+    p = part("iid", 8, samples_per_client=25)  # 200 = 20 per class; each client 25 before its 20 % hold-out
+    own = _own(p)
+    assert [len(o) for o in own] == [25] * 8 and [len(s) for s in p.test] == [5] * 8
+    assert np.array_equal(np.bincount(LABELS[np.concatenate(own)], minlength=C), np.full(C, 20))
+    d = part("dirichlet", 8, samples_per_client=50, alpha=0.3, min_size=5)
+    own = np.concatenate(_own(d))
+    assert len(own) == len(np.unique(own)) == 400 and np.array_equal(np.bincount(LABELS[own], minlength=C), [40] * C)
+    assert min(len(o) for o in _own(d)) >= 5 and max(len(o) for o in _own(d)) > 50  # still skewed, min_size kept
+    c = part("complementary_pairs", 10, samples_per_client=40, noise=False)  # 400 = 40 per class
+    for k in range(10):
+        a, b = c.info["majority_class"][k], c.info["minority_class"][k]
+        assert c.counts[k, a] == 38 and c.counts[k, b] == 2  # round(0.95·40), the partner's 5 %
+
+
+def test_longtail_made_smaller_keeps_its_tail():
+    """IF 10 over classes of 600, 464, 359, 278, 215, 166, 129, 100, 77, 60 (sum 2448); 20 clients x 20 = 400 of
+    them, each class 1 + its share of 390: class 0 1 + 390·600/2448 ≈ 96.6, class 9 1 + 390·60/2448 ≈ 10.6 (the
+    same tail, first/last ≈ IF)."""
+    labels = np.concatenate([np.repeat(np.arange(C), 600), np.repeat(np.arange(C), 100)])
+    p = part("longtail", 20, labels=labels, samples_per_client=20, imbalance_factor=10)
+    per_class = p.counts.sum(0)
+    sizes = p.info["class_sizes"]
+    assert sizes.sum() == 2448 and per_class.sum() == 400 and (np.diff(per_class) <= 0).all()
+    assert abs(per_class[0] - (1 + 390 * 600 / 2448)) <= 1 and abs(per_class[-1] - (1 + 390 * 60 / 2448)) <= 1
+
+
+def test_natural_made_smaller_keeps_each_writer_in_proportion():
+    """Writers of 40, 20 and 10 samples: 3 clients x 14 = 42 -> each writer 1 + its share of 39 (by largest
+    remainder: 22.3, 11.1, 5.6 -> 22, 11, 6), i.e. 23, 12, 7."""
+    labels = np.concatenate([np.arange(70) % C, np.zeros(10, np.int64)])
+    writer = np.concatenate([np.repeat([0, 1, 2], [40, 20, 10]), np.zeros(10, np.int64)])
+    c = cfg("natural", samples_per_client=14)
+    p = make_partition(c, labels, 70, C, 3, rng(0, "partition"), attrs={"writer": writer})
+    sizes = {int(w): len(t) + len(s) for w, t, s in zip(p.info["writer"], p.train, p.test)}
+    assert sizes == {0: 23, 1: 12, 2: 7}
+
+
+def test_a_run_made_before_samples_per_client_keeps_its_config_fingerprint(tmp_path):
+    """A run dir made before the key existed is resumed or skipped, not refused as another config: at null the key
+    is not hashed; a size is."""
+    from conftest import make_cfg
+
+    from fedbench.checkpoint import fingerprint
+
+    now = make_cfg("partition=shards")
+    old = OmegaConf.create(OmegaConf.to_container(now, resolve=True))
+    del old.partition["samples_per_client"]
+    assert (
+        fingerprint(now)
+        == fingerprint(old)
+        != fingerprint(make_cfg("partition=shards", "partition.samples_per_client=5"))
+    )

@@ -17,6 +17,12 @@ Common option ``test_split`` (per-client test sets):
                 proportions (``test_per_client`` or ⌈0.25·n⌉, ≥1 per present class);
   * ``global``  test = the whole official test split (ECL's class-averaged metric).
 ``complementary_pairs`` adds ``balanced`` (FedCOM's 2-class balanced test).
+
+Common option ``samples_per_client`` (the size of a run, issue #53): null = the partition splits all of its samples
+(the papers' setting); a number m = it splits a random subset of K·m of them, drawn per class in the classes'
+proportions (per writer for ``natural``), so each client has m samples on average before its test split, with the
+partition's own rules (label-sorted shards, a Dirichlet skew, a long tail) unchanged. ``dominant_groups`` has always
+given each client exactly this many.
 """
 
 from __future__ import annotations
@@ -82,6 +88,31 @@ def _check_test_split(cfg, allowed=TEST_SPLITS) -> str:
 def _check_clients(num_clients, n_available, what="train samples"):
     if not isinstance(num_clients, (int, np.integer)) or num_clients < 1 or num_clients > n_available:
         raise ConfigError("clients", num_clients, f"an integer in [1, {n_available}] (number of {what})")
+
+
+def _sized(cfg, idx, groups, num_clients, rng):
+    """``partition.samples_per_client`` m (null: ``idx`` as it is, no draw): a random subset of K·m of the samples
+    ``idx``, drawn per value of ``groups`` (their classes, or writers) in proportion to its count, every value
+    keeping at least one sample when K·m allows (issue #53: a CPU-sized run of any partition)."""
+    if cfg.get("samples_per_client") is None:
+        return idx
+    m = _number(cfg, "samples_per_client", 1, None, integer=True)
+    total = m * num_clients
+    if total > len(idx):
+        raise ConfigError(
+            "partition.samples_per_client",
+            m,
+            f"at most {len(idx) // num_clients} with {num_clients} clients ({len(idx)} samples to split), "
+            "or null for all of them",
+        )
+    values, counts = np.unique(groups, return_counts=True)
+    if total >= len(values):
+        q = 1 + _largest_remainder(total - len(values), counts / counts.sum())
+        q = np.minimum(q, counts)
+    else:
+        q = _largest_remainder(total, counts / counts.sum())
+    keep = [rng.choice(idx[groups == v], k, replace=False) for v, k in zip(values, q) if k]
+    return np.sort(np.concatenate(keep))
 
 
 # ---------------------------------------------------------------------------- test splits
@@ -151,7 +182,8 @@ def iid(cfg, labels, n_train, num_classes, num_clients, rng) -> Partition:
     """Shuffle the train split and cut it into ``num_clients`` near-equal parts."""
     _check_test_split(cfg)
     _check_clients(num_clients, n_train)
-    clients = np.array_split(rng.permutation(n_train), num_clients)
+    idx = _sized(cfg, np.arange(n_train), labels[:n_train], num_clients, rng)
+    clients = np.array_split(idx[rng.permutation(len(idx))], num_clients)
     return _finish(cfg, clients, labels, n_train, num_classes, rng, {})
 
 
@@ -264,9 +296,9 @@ def dirichlet(cfg, labels, n_train, num_classes, num_clients, rng) -> Partition:
     alpha, min_size, variant = _check_dirichlet(cfg)
     _check_test_split(cfg)
     _check_clients(num_clients, n_train)
-    _check_min_size(min_size, variant, num_clients, n_train)
-    idx = np.arange(n_train)
-    clients = dirichlet_clients(idx, labels[:n_train], num_classes, num_clients, alpha, min_size, variant, rng)
+    idx = _sized(cfg, np.arange(n_train), labels[:n_train], num_clients, rng)
+    _check_min_size(min_size, variant, num_clients, len(idx))
+    clients = dirichlet_clients(idx, labels[idx], num_classes, num_clients, alpha, min_size, variant, rng)
     return _finish(cfg, clients, labels, n_train, num_classes, rng, {})
 
 
@@ -276,7 +308,7 @@ def shards(cfg, labels, n_train, num_classes, num_clients, rng) -> Partition:
 
     Shuffle, stable-sort by label, cut into ``num_shards`` shards of ⌊n/num_shards⌋
     (the last n mod num_shards samples are dropped, as in FedLab), and give every
-    client ``shards_per_client`` random shards.
+    client ``shards_per_client`` random shards. n = the train split, or K·``samples_per_client`` of it.
     """
     per_client = _number(cfg, "shards_per_client", 1, None, integer=True)
     # null = exactly enough shards for every client (clients × shards_per_client)
@@ -287,28 +319,30 @@ def shards(cfg, labels, n_train, num_classes, num_clients, rng) -> Partition:
     )
     _check_test_split(cfg)
     _check_clients(num_clients, n_train)
+    idx = _sized(cfg, np.arange(n_train), labels[:n_train], num_clients, rng)
+    n = len(idx)
     if num_shards != num_clients * per_client:
         raise ConfigError(
             "partition.num_shards",
             num_shards,
-            f"clients × shards_per_client = {num_clients * per_client} (or null for exactly that)",
+            f"clients × shards_per_client = {num_clients * per_client} (or null for exactly that); smaller shards: "
+            "partition.samples_per_client",
         )
-    if num_shards > n_train:
+    if num_shards > n:
         if _opt(cfg, "num_shards") is None:  # the user set shards_per_client (num_shards = clients × it)
             raise ConfigError(
                 "partition.shards_per_client",
                 per_client,
-                f"at most {n_train // num_clients} with {num_clients} clients ({n_train} train samples: every shard "
-                "needs one)",
+                f"at most {n // num_clients} with {num_clients} clients ({n} train samples: every shard needs one)",
             )
-        raise ConfigError("partition.num_shards", num_shards, f"≤ {n_train} train samples (non-empty shards)")
-    perm = rng.permutation(n_train)
+        raise ConfigError("partition.num_shards", num_shards, f"≤ {n} train samples (non-empty shards)")
+    perm = idx[rng.permutation(n)]
     by_label = perm[np.argsort(labels[perm], kind="stable")]
-    size = n_train // num_shards
+    size = n // num_shards
     shard = by_label[: size * num_shards].reshape(num_shards, size)
     owner = rng.permutation(num_shards).reshape(num_clients, per_client)
     clients = [shard[o].ravel() for o in owner]
-    info = {"shards": owner, "dropped": int(n_train - size * num_shards)}
+    info = {"shards": owner, "dropped": int(n - size * num_shards)}
     return _finish(cfg, clients, labels, n_train, num_classes, rng, info)
 
 
@@ -403,10 +437,11 @@ def longtail(cfg, labels, n_train, num_classes, num_clients, rng) -> Partition:
     train_counts = np.bincount(labels[:n_train], minlength=num_classes)
     sizes = longtail_sizes(int(train_counts.min()), imb, num_classes)
     _check_clients(num_clients, int(sizes.sum()), "long-tailed train samples")
-    _check_min_size(min_size, variant, num_clients, int(sizes.sum()))
     idx = np.arange(n_train)
     y = labels[:n_train]
     keep = np.concatenate([rng.choice(idx[y == c], sizes[c], replace=False) for c in range(num_classes)])
+    keep = _sized(cfg, keep, labels[keep], num_clients, rng)  # the long tail's shape kept: per class, in proportion
+    _check_min_size(min_size, variant, num_clients, len(keep))
     clients = dirichlet_clients(keep, labels[keep], num_classes, num_clients, alpha, min_size, variant, rng)
     return _finish(cfg, clients, labels, n_train, num_classes, rng, {"class_sizes": sizes})
 
@@ -434,8 +469,8 @@ def complementary_pairs(cfg, labels, n_train, num_classes, num_clients, rng) -> 
         raise ConfigError("clients", num_clients, f"2 × number of class pairs = {num_classes}")
     if noise and num_classes < 4:
         raise ConfigError("partition.noise", noise, "false unless there are ≥ 2 class pairs")
-    y = labels[:n_train]
-    train_by_class = [rng.permutation(np.flatnonzero(y == c)) for c in range(num_classes)]
+    idx = _sized(cfg, np.arange(n_train), labels[:n_train], num_clients, rng)
+    train_by_class = [rng.permutation(idx[labels[idx] == c]) for c in range(num_classes)]
     K = num_clients
     clients, partner = [None] * K, np.arange(K) ^ 1
     major = np.arange(K)  # client 2p: majority class 2p; client 2p+1: majority class 2p+1
@@ -488,7 +523,9 @@ def natural(cfg, labels, n_train, num_classes, num_clients, rng, attrs=None) -> 
     if not isinstance(num_clients, (int, np.integer)) or not 1 <= num_clients <= len(present):
         raise ConfigError("clients", num_clients, f"an integer in [1, {len(present)}] (the {by}s with train samples)")
     chosen = rng.choice(present, num_clients, replace=False)
-    clients = [np.flatnonzero(who[:n_train] == w) for w in chosen]
+    mine = np.flatnonzero(np.isin(who[:n_train], chosen))
+    mine = _sized(cfg, mine, who[mine], num_clients, rng)  # per writer, in proportion to its samples
+    clients = [mine[who[mine] == w] for w in chosen]
     test = None
     if ts == "official":
         test = [n_train + np.flatnonzero(who[n_train:] == w) for w in chosen]
