@@ -149,7 +149,9 @@ def setup(run) -> None:
     # a class shrinking on a client mid-run (FedKA Fig. 3; fedbench/data/schedule.py); off unless data_schedule is set
     run.data_schedule = DataSchedule.from_cfg(cfg, run.data)
     # held-out new clients (CAFeMe §5): never sampled for training, fine-tuned and scored after it; off by default
-    run.new_clients = NewClients(run) if enabled(cfg, "new_clients") else None
+    run.new_clients = None
+    if enabled(cfg, "new_clients"):
+        run.new_clients = NewClients(run.data, cfg.eval.new_clients, cfg.seed, cfg.rounds, run.image)
 
     seeding.seed_everything(cfg.seed, "init")
     run.executor, fm = model(cfg, run.data, run.device, run.dtype)
@@ -170,11 +172,14 @@ def setup(run) -> None:
     )
     run.algorithm = ALGORITHMS[cfg.algorithm.name](run.ctx)
     run.algorithm.setup()
-    run.evaluator = Evaluator(run)
+    # the evaluator and the monitors see what the algorithm sees (its context) and their own config node, not the run
+    run.evaluator = Evaluator(run.ctx, cfg.eval)
     # class-wise forgetting degree (FedKA Eq. 1) of the round's local models, for any method; off by default
-    run.forgetting = ForgettingMonitor(run) if enabled(cfg, "forgetting") else None
+    run.forgetting = None
+    if enabled(cfg, "forgetting"):
+        run.forgetting = ForgettingMonitor(run.ctx, cfg.eval.forgetting, run.data_schedule)
     # FedReMa's S / MDS / Δs̄ (Eq. 5, Alg. 1, Eq. 8) of the round's local heads, for any method; off by default
-    run.similarity = SimilarityMonitor(run) if enabled(cfg, "similarity") else None
+    run.similarity = SimilarityMonitor(run.ctx, cfg.eval.similarity) if enabled(cfg, "similarity") else None
     run.callbacks = callbacks(run)
 
 

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from .algorithms.base import Algorithm
+from .context import Context
 from .metrics import (
     class_counts,
     client_spread,
@@ -24,10 +25,11 @@ SUMMARIZED = ("acc", "acc_mean", "acc_present_classes", "acc_worst10", "acc_p10"
 
 
 class Evaluator:
-    def __init__(self, run):
-        self.run = run
-        self.data = run.data
-        self.cfg = run.cfg.eval
+    """The evaluations of a run's algorithm, from its :class:`~fedbench.context.Context` (the data, the model and the
+    predictions, as the algorithm sees them) and ``cfg`` (the ``eval`` node: ``personalized``, ``global_model``)."""
+
+    def __init__(self, ctx: Context, cfg):
+        self.ctx, self.data, self.cfg = ctx, ctx.data, cfg
         self.last: dict = {}
 
     def personalized(self, algo, t: int) -> dict:
@@ -91,19 +93,19 @@ class Evaluator:
 
     def client_model_logits(self, algo, clients, test_idx: list[np.ndarray], t: int) -> list[torch.Tensor] | None:
         """Each client's model (:meth:`Algorithm.client_models`) on its test samples; None if there are no models."""
-        if type(algo).client_models is Algorithm.client_models and not self.run.fm.eval_uses_batch_stats:
+        if type(algo).client_models is Algorithm.client_models and not self.ctx.fm.eval_uses_batch_stats:
             # every client's model is the global model (FedAvg & co.): one pass over the distinct test samples
             g = algo.global_model()
             return None if g is None else self.shared_model_logits(g, test_idx)
         models = algo.client_models(clients, t)
-        return None if models is None else self.run.predict(*models, test_idx)
+        return None if models is None else self.ctx.predict(*models, test_idx)
 
     def shared_model_logits(self, model, idx: list[np.ndarray]) -> list[torch.Tensor]:
         """One model's logits on several clients' (possibly overlapping) test sets, each sample predicted once."""
         p, b = model
         flat = np.concatenate(idx) if idx else np.zeros(0, dtype=np.int64)
         uniq, inverse = np.unique(flat, return_inverse=True)
-        logits = self.run.predict(
+        logits = self.ctx.predict(
             {k: v.unsqueeze(0) for k, v in p.items()}, {k: v.unsqueeze(0) for k, v in b.items()}, [uniq]
         )[0]
         per = logits[torch.as_tensor(inverse, device=logits.device)]
@@ -118,7 +120,7 @@ class Evaluator:
         if len(idx) == 0:
             return {}
         p, b = g
-        logits = self.run.predict(
+        logits = self.ctx.predict(
             {k: v.unsqueeze(0) for k, v in p.items()}, {k: v.unsqueeze(0) for k, v in b.items()}, [idx]
         )[0]
         c, tot = confusion_counts(logits, data.y[data.tensor(idx)], data.num_classes)

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
+from .context import Context
 from .engine.stack import clone
 from .errors import ConfigError
 from .files import written
@@ -131,8 +132,10 @@ class ForgettingMonitor:
     not train this round) saved as ``diagnostics/forgetting/round_<t>.npy``, a heatmap every
     ``draw_every`` rounds."""
 
-    def __init__(self, run):
-        cfg = run.cfg.eval.forgetting
+    def __init__(self, ctx: Context, cfg, schedule=None):
+        """``ctx``: the run's context (its data, predictions, run dir, pictures; rounds from ``ctx.cfg``), whose
+        ``observers`` hear the local models; ``cfg``: the ``eval.forgetting`` node; ``schedule``: the run's
+        :class:`~fedbench.data.schedule.DataSchedule` (``trace.csv`` of its shrinking classes) or None."""
         for key, ok, allowed in (
             ("every", lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
             ("draw_every", lambda v: isinstance(v, int) and v >= 0, "an integer >= 0 (0 = never)"),
@@ -142,16 +145,16 @@ class ForgettingMonitor:
             v = OmegaConf.select(cfg, key)
             if not ok(v) or isinstance(v, bool):
                 raise ConfigError(f"eval.forgetting.{key}", v, allowed)
-        self.run = run
+        self.ctx, self.schedule = ctx, schedule
         self.every, self.draw_every = int(cfg.every), int(cfg.draw_every)
         self.xi = float(cfg.xi)
         self.gamma = float(cfg.gamma)
-        self.groups = class_groups(run.data.counts, self.gamma)
-        self.rounds = int(run.cfg.rounds)
-        self.dir = run.run_dir / "diagnostics" / "forgetting"
+        self.groups = class_groups(ctx.data.counts, self.gamma)
+        self.rounds = int(ctx.cfg.rounds)
+        self.dir = ctx.out_dir / "diagnostics" / "forgetting"
         self.global_start = None
         self.keep, self.local = False, None  # local: (t, client ids, LocalResult) of the round's local models
-        run.ctx.observers.append(self.observe)
+        ctx.observers.append(self.observe)
 
     def observe(self, t: int, clients: list[int], res, phase: str) -> None:
         """After every ``local_train`` call: keep the round's last phase-"train" result while asked to."""
@@ -178,11 +181,11 @@ class ForgettingMonitor:
                 comments="",
             )
         if draw and len(rows):
-            self.run.image("forgetting_trace", draw_trace(rows, self.dir / "trace.png"), t)
+            self.ctx.publish("forgetting_trace", draw_trace(rows, self.dir / "trace.png"), t)
 
     def data_changed(self, t: int) -> None:
         """The clients' data changed before round t (data schedule): regroup the classes, keep the new grouping."""
-        self.groups = class_groups(self.run.data.counts, self.gamma)
+        self.groups = class_groups(self.ctx.data.counts, self.gamma)
         self.dir.mkdir(parents=True, exist_ok=True)
         with written(self.dir / f"class_groups_round_{t:05d}.npy") as path:
             np.save(path, self.groups)
@@ -200,10 +203,10 @@ class ForgettingMonitor:
         """[M, C] per-class accuracy of M stacked models on the global test set."""
         from .metrics import class_counts
 
-        data = self.run.data
+        data = self.ctx.data
         idx = data.global_test_idx
         y = data.y[data.tensor(idx)]
-        logits = self.run.predict(params, buffers, [idx] * len(next(iter(params.values()))))
+        logits = self.ctx.predict(params, buffers, [idx] * len(next(iter(params.values()))))
         counts = torch.stack([class_counts(z, y, data.num_classes) for z in logits]).cpu().numpy()  # one read
         return np.stack([np.divide(c, tot, out=np.zeros(len(c)), where=tot > 0) for c, tot in counts])
 
@@ -229,9 +232,9 @@ class ForgettingMonitor:
         draw = self.draw_every and (t % self.draw_every == 0 or t == self.rounds)
         if draw:
             png = draw_forgetting(tau, self.groups, self.dir / f"round_{t:05d}.png", f"forgetting degree τ, round {t}")
-            self.run.image("forgetting", png, t)
-        if getattr(self.run, "data_schedule", None) is not None:  # Fig. 3: τ of the shrinking classes over rounds
-            self.write_trace(self.run.data_schedule, t, draw=t == self.rounds)
+            self.ctx.publish("forgetting", png, t)
+        if self.schedule is not None:  # Fig. 3: τ of the shrinking classes over rounds
+            self.write_trace(self.schedule, t, draw=t == self.rounds)
         means = {  # the absolute accuracies behind τ (τ is relative to the global model's own accuracy)
             f"forgetting/{k}_{who}_acc": v
             for k, pair in group_means(acc_g, acc_l, self.groups).items()

@@ -29,6 +29,7 @@ from omegaconf import OmegaConf
 
 from . import seeding
 from .checks import int_at_least, number
+from .data.federated import FederatedData
 from .engine.optim import OptimSpec
 from .engine.schedule import client_batches
 from .engine.stack import row
@@ -54,14 +55,17 @@ def held_out_clients(seed: int, num_clients: int, fraction: float) -> np.ndarray
 class NewClients:
     """The protocol for one run: which clients are held out, and their fine-tune-and-score evaluation."""
 
-    def __init__(self, run):
-        self.run = run
-        self.cfg = c = run.cfg.eval.new_clients
+    def __init__(self, data: FederatedData, cfg, seed: int, rounds: int, publish):
+        """``data``: the run's federated data; ``cfg``: the ``eval.new_clients`` node; ``seed``, ``rounds``: the
+        run's; ``publish(key, png, round)``: where the curves' picture goes (the run's loggers). The algorithm's own
+        options (``new_clients_finetune``, ``new_clients_lr``) are read from the algorithm scored."""
         for key, (ok, allowed) in CHECKS.items():
-            if not ok(c.get(key)):
-                raise ConfigError(f"eval.new_clients.{key}", c.get(key), allowed)
-        K = run.data.num_clients
-        self.ids = held_out_clients(int(run.cfg.seed), K, float(c.fraction))
+            if not ok(cfg.get(key)):
+                raise ConfigError(f"eval.new_clients.{key}", cfg.get(key), allowed)
+        self.data, self.cfg, self.seed, self.rounds = data, cfg, int(seed), int(rounds)
+        self.publish = publish
+        c, K = cfg, data.num_clients
+        self.ids = held_out_clients(self.seed, K, float(c.fraction))
         if not 1 <= len(self.ids) < K:
             raise ConfigError(
                 "eval.new_clients.fraction",
@@ -73,27 +77,27 @@ class NewClients:
 
     def due(self, t: int) -> bool:
         every = int(self.cfg.every)
-        return t == int(self.run.cfg.rounds) or (every > 0 and t % every == 0)
+        return t == self.rounds or (every > 0 and t % every == 0)
 
     def steps_for(self, algo) -> int:
         """S, or 0 for an algorithm scored without fine-tuning (``algorithm.new_clients_finetune: false``:
         the FedAvg and IFCA rows of CAFeMe's Table 1)."""
-        ft = OmegaConf.select(self.run.cfg, "algorithm.new_clients_finetune", default=True)
+        ft = OmegaConf.select(algo.hp, "new_clients_finetune", default=True)
         return int(self.cfg.steps) if ft else 0
 
     def lr_for(self, algo) -> float:
         """``algorithm.new_clients_lr`` if the algorithm sets one (CAFeMe: lr_ft_pfl), else ``eval.new_clients.lr``."""
-        own = OmegaConf.select(self.run.cfg, "algorithm.new_clients_lr", default=None)
+        own = OmegaConf.select(algo.hp, "new_clients_lr", default=None)
         return float(self.cfg.lr if own is None else own)
 
     def schedule(self, t: int, steps: int) -> list[list[torch.Tensor]]:
         """Per new client, ``steps`` mini-batches of its TRAIN split, cycling through shuffled passes
         (the code's loader with ``drop_last``; batch = min(B, n_k) so small clients still train)."""
-        data, B = self.run.data, int(self.cfg.batch_size)
+        data, B = self.data, int(self.cfg.batch_size)
         out = []
         for k in self.ids:
             idx = data.train_idx[k]
-            g = seeding.rng(self.run.cfg.seed, "batches", "new_clients", t, int(k))
+            g = seeding.rng(self.seed, "batches", "new_clients", t, int(k))
             out.append(
                 [torch.from_numpy(b) for b in client_batches(idx, min(B, len(idx)), g, steps=steps, drop_last=True)]
             )
@@ -166,15 +170,13 @@ class NewClients:
     def accuracy(self, algo, P, Bf, support: list[torch.Tensor], t: int, s: int) -> torch.Tensor:
         """Per new client: mean accuracy over its shuffled TEST mini-batches (size B, size-1 batches skipped), as a
         float64 tensor on the device (nan for a client without such a batch); no value is read on the host."""
-        data, fm, B = self.run.data, algo.fm, int(self.cfg.batch_size)
+        data, fm, B = self.data, algo.fm, int(self.cfg.batch_size)
         out = []
         fm.set_mode(False)
         try:
             for m, k in enumerate(self.ids):
                 idx = data.test_idx[k]
-                order = data.tensor(
-                    idx[seeding.rng(self.run.cfg.seed, "new_clients_test", t, s, int(k)).permutation(len(idx))]
-                )
+                order = data.tensor(idx[seeding.rng(self.seed, "new_clients_test", t, s, int(k)).permutation(len(idx))])
                 p, b = row(P, m), row(Bf, m)
                 sup = support[m].to(data.x.device)
                 ctx = (data.x[sup], data.y[sup])
@@ -214,5 +216,5 @@ class NewClients:
             "new client",
             annotate=False,
         )
-        self.run.image("newclients/curves", png, int(self.last["newclients/round"]))
+        self.publish("newclients/curves", png, int(self.last["newclients/round"]))
         return dict(self.last)

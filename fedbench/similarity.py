@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 
 from .algorithms.fedrema import mds, round_probes, soft_logit_similarity
 from .checks import boolean, int_at_least, number
+from .context import Context
 from .errors import ConfigError
 from .files import written
 
@@ -58,8 +59,9 @@ class SimilarityMonitor:
     id, 0 = not sampled). In the rounds of ``save_rounds``: ``diagnostics/head_similarity/round_<t>.npz`` (S, relevant
     sets, Δs*_k; NaN/False rows and columns = clients not sampled) and ``figure.png`` redrawn with all saved rounds."""
 
-    def __init__(self, run):
-        cfg = run.cfg.eval.similarity
+    def __init__(self, ctx: Context, cfg):
+        """``ctx``: the run's context (its model, data, run dir, pictures; seed, rounds and names from ``ctx.cfg``),
+        whose ``observers`` hear the local models; ``cfg``: the ``eval.similarity`` node."""
         checks = {
             "every": int_at_least(1),
             "temperature": number(0, lo_open=True),
@@ -76,24 +78,24 @@ class SimilarityMonitor:
             isinstance(r, int) and not isinstance(r, bool) and r >= 1 for r in rounds
         ):
             raise ConfigError("eval.similarity.save_rounds", rounds, "a list of rounds >= 1, e.g. [1, 50, 100, 150]")
-        late = sorted(r for r in set(rounds) if r > int(run.cfg.rounds))
+        late = sorted(r for r in set(rounds) if r > int(ctx.cfg.rounds))
         if late:  # a line, not a refusal: a sweep over rounds may share one list (and the docs' smoke runs shorten it)
-            print(f"fedbench: eval.similarity.save_rounds {late} are after the last round (rounds={run.cfg.rounds}): "
+            print(f"fedbench: eval.similarity.save_rounds {late} are after the last round (rounds={ctx.cfg.rounds}): "
                   "never saved", file=sys.stderr)  # fmt: skip
-        net = run.fm.net
-        self.head_names = run.fm.names("head")
+        net = ctx.fm.net
+        self.head_names = ctx.fm.names("head")
         if not self.head_names:
             raise ConfigError(
-                "eval.similarity.enabled", True, f"a model with a head (model={run.cfg.model.name} has none)"
+                "eval.similarity.enabled", True, f"a model with a head (model={ctx.cfg.model.name} has none)"
             )
-        self.head_bufs = [n for n in run.fm.buffer_names if net.part_of(n, "head")]
-        self.run, self.dim, self.K = run, net.feature_dim, run.data.num_clients
-        self.every, self.save_rounds, self.rounds = int(cfg.every), sorted(set(rounds)), int(run.cfg.rounds)
+        self.head_bufs = [n for n in ctx.fm.buffer_names if net.part_of(n, "head")]
+        self.ctx, self.dim, self.K = ctx, net.feature_dim, ctx.data.num_clients
+        self.every, self.save_rounds, self.rounds = int(cfg.every), sorted(set(rounds)), int(ctx.cfg.rounds)
         self.temperature, self.probe_scale = float(cfg.temperature), float(cfg.probe_scale)
         self.symmetric, self.ignore_self_gap = bool(cfg.symmetric_temperature), bool(cfg.ignore_self_gap)
-        self.dir = run.run_dir / "diagnostics" / DIR
+        self.dir = ctx.out_dir / "diagnostics" / DIR
         self.keep, self.local = False, None  # local: (t, client ids, LocalResult) of the round's local models
-        run.ctx.observers.append(self.observe)
+        ctx.observers.append(self.observe)
 
     def observe(self, t: int, clients: list[int], res, phase: str) -> None:
         """After every ``local_train`` call: keep the round's last phase-"train" result while asked to."""
@@ -116,10 +118,10 @@ class SimilarityMonitor:
         clients = torch.as_tensor(ids)
         heads = {n: res.params[n] for n in self.head_names}
         bufs = {n: res.buffers[n] for n in self.head_bufs}
-        x = self.run.data.x
-        probes = round_probes(self.run.cfg.seed, t, self.K, self.dim, self.probe_scale, clients, x.dtype).to(x.device)
+        x = self.ctx.data.x
+        probes = round_probes(self.ctx.cfg.seed, t, self.K, self.dim, self.probe_scale, clients, x.dtype).to(x.device)
         with torch.no_grad():
-            S = soft_logit_similarity(self.run.fm, heads, bufs, probes, self.temperature, self.symmetric)  # Eq. 5
+            S = soft_logit_similarity(self.ctx.fm, heads, bufs, probes, self.temperature, self.symmetric)  # Eq. 5
         A, gaps = mds(S, self.ignore_self_gap)  # Alg. 1
         sizes = np.zeros(self.K, dtype=np.int64)
         sizes[ids] = A.sum(1).cpu().numpy()
@@ -142,11 +144,12 @@ class SimilarityMonitor:
         with written(self.dir / f"round_{t:05d}.npz") as path:
             np.savez(path, S=full_S, relevant=full_A, max_diff=full_gaps)
         panels = [(int(p.stem.split("_")[1]), np.load(p)["S"]) for p in sorted(self.dir.glob("round_*.npz"))]
-        name = f"{self.run.cfg.algorithm.name} | {self.run.cfg.dataset.name} | {self.run.cfg.partition.name}"
+        cfg = self.ctx.cfg
+        name = f"{cfg.algorithm.name} | {cfg.dataset.name} | {cfg.partition.name}"
         png = draw_similarity_panels(
             panels, self.dir / "figure.png", f"soft-logit similarity S^(t) of the local heads ({name})"
         )
-        self.run.image("head_similarity", png, t)
+        self.ctx.publish("head_similarity", png, t)
 
 
 __all__ = ["SimilarityMonitor", "draw_similarity_panels"]

@@ -65,6 +65,20 @@ def fedbench_main(args: list[str]) -> None:
         GlobalHydra.instance().clear()
 
 
+def build_context(cfg, out_dir: Path):
+    """What build.setup makes before the algorithm, from the same helpers but without a Run (CPU, fp64): the
+    :class:`~fedbench.context.Context` an algorithm, the evaluator and the monitors are built from."""
+    from fedbench import build, seeding
+    from fedbench.context import Context
+    from fedbench.engine.augment import build_augment
+
+    cpu = torch.device("cpu")
+    data = build.federated_data(cfg, cpu, torch.float64)
+    seeding.seed_everything(cfg.seed, "init")
+    executor, fm = build.model(cfg, data, cpu, torch.float64)
+    return Context(cfg, data, fm, executor, fm.init_state(torch.float64, cpu), build_augment(cfg.dataset), out_dir)
+
+
 def run_cfg(cfg, run_dir: Path) -> dict:
     """Execute one run in ``run_dir``; returns its summary."""
     from fedbench.run import Run

@@ -8,26 +8,13 @@ import inspect
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import make_cfg
+from conftest import build_context, make_cfg
 
-from fedbench import build, seeding
 from fedbench.algorithms import ALGORITHMS
 from fedbench.algorithms.base import Algorithm
 from fedbench.algorithms.local import LocalInputs, LocalSpec
-from fedbench.context import Context
-from fedbench.engine.augment import build_augment
 from fedbench.engine.stack import broadcast
 from fedbench.run import Run
-
-CPU = torch.device("cpu")
-
-
-def build_context(cfg, out_dir) -> Context:
-    """What build.setup makes before the algorithm, from the same helpers but without a Run (CPU, fp64)."""
-    data = build.federated_data(cfg, CPU, torch.float64)
-    seeding.seed_everything(cfg.seed, "init")
-    executor, fm = build.model(cfg, data, CPU, torch.float64)
-    return Context(cfg, data, fm, executor, fm.init_state(torch.float64, CPU), build_augment(cfg.dataset), out_dir)
 
 
 @pytest.mark.parametrize("name", ["fedavg", "fedrema"])

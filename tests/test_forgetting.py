@@ -6,13 +6,17 @@ import json
 
 import numpy as np
 import pytest
-from conftest import make_cfg, run_cfg
+import torch
+from conftest import build_context, make_cfg, run_cfg
 
+from fedbench.algorithms import ALGORITHMS
+from fedbench.engine.stack import clone, row
 from fedbench.errors import ConfigError
 from fedbench.forgetting import (
     DOMINANT,
     MISSING,
     NON_DOMINANT,
+    ForgettingMonitor,
     class_groups,
     forgetting_degree,
     group_forgetting,
@@ -83,6 +87,61 @@ def test_forgetting_per_class_type_on_a_hand_made_confusion_history():
     # a type without cells among the participants is left out; all-zero global accuracy gives (0 − l)/ξ, as Eq. 1
     only_d = group_forgetting(np.array([0.5, 0.0]), np.array([[0.25, 0.0]]), np.array([[D, D]]), xi)
     assert only_d == {"dominant": pytest.approx(0.125 / (0.25 + xi))}
+
+
+def test_the_monitor_built_from_a_context_gives_eq1_of_the_rounds_local_models_without_a_run(tmp_path):
+    """Built from the algorithm's Context and the ``eval.forgetting`` node: τ_non-dominant of one FedAvg round of
+    clients 0, 2, 3 equals Eq. 1 on the mean class accuracies over their non-dominant cells (0 < n_i^k/n_i < γ),
+    counted here class by class with the plain model; ξ = 0.25 so that its place in the formula shows."""
+    gamma, xi = 0.2, 0.25
+    cfg = make_cfg(
+        "algorithm=fedavg",
+        "model=tiny_cnn",
+        "hardware.precision=fp64",
+        "hardware.executor=sequential",
+        "partition.alpha=0.3",
+        "eval.forgetting.enabled=true",
+        f"eval.forgetting.gamma={gamma}",
+        f"eval.forgetting.xi={xi}",
+        "eval.forgetting.draw_every=0",
+    )
+    ctx = build_context(cfg, tmp_path)
+    algo = ALGORITHMS["fedavg"](ctx)
+    algo.setup()
+    monitor = ForgettingMonitor(ctx, cfg.eval.forgetting)
+    trained = []  # the round's local models, as the monitor hears them
+    ctx.observers.append(lambda t, ids, res, phase: trained.append((ids, res)) if phase == "train" else None)
+    start = tuple(clone(s) for s in algo.global_model())  # θ_g^1
+    monitor.before_round(algo, 1)
+    algo.round(1, torch.tensor([0, 2, 3]))
+    out = monitor.after_round(algo, 1)
+
+    data, fm, C = ctx.data, ctx.fm, ctx.data.num_classes
+    idx = torch.as_tensor(data.global_test_idx)
+    y = data.y[idx]
+
+    def class_acc(p, b) -> np.ndarray:
+        with torch.no_grad():
+            pred = fm(p, b, data.x[idx]).argmax(1)
+        return np.array([float((pred[y == c] == c).double().mean()) if (y == c).any() else 0.0 for c in range(C)])
+
+    fm.set_mode(False)
+    acc_g = class_acc(*start)
+    ids, res = trained[-1]
+    share = data.counts / data.counts.sum(1, keepdims=True)
+    cells = [
+        (acc_g[c], acc_l[c])
+        for m, k in enumerate(ids)
+        for acc_l in [class_acc(row(res.params, m), row(res.buffers, m))]
+        for c in range(C)
+        if 0 < share[k, c] < gamma
+    ]
+    fm.set_mode(True)
+    assert ids == [0, 2, 3] and len(cells) >= 2
+    mg, ml = np.mean(cells, axis=0)
+    assert mg != ml and out["forgetting/non_dominant"] == pytest.approx((mg - ml) / (mg + xi), abs=1e-12)
+    tau = np.load(tmp_path / "diagnostics" / "forgetting" / "round_00001.npy")  # in the context's run dir
+    assert np.isnan(tau[[1, 4]]).all() and np.isfinite(tau[[0, 2, 3]]).all()
 
 
 def test_tau_compares_round_start_global_model_with_the_trained_local_model(tmp_path):

@@ -7,12 +7,14 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import make_cfg, run_cfg
+from conftest import build_context, make_cfg, run_cfg
 
-from fedbench import seeding
+from fedbench import build, seeding
+from fedbench.algorithms import ALGORITHMS
 from fedbench.engine.schedule import client_batches
 from fedbench.engine.stack import broadcast, clone, row
 from fedbench.errors import ConfigError
+from fedbench.newclients import NewClients
 from fedbench.run import Run
 
 NC = ["eval.new_clients.enabled=true", "eval.new_clients.fraction=0.3", "clients=10", "hardware.precision=fp64"]
@@ -63,6 +65,40 @@ def test_finetuning_never_reads_the_test_split(tmp_path):
     for m, k in enumerate(nc.ids):  # and what is trained on is the train split
         used = torch.cat([b for b in nc.schedule(1, 3)[m]]).cpu().numpy()
         assert set(used) <= set(data.train_idx[k]) and not set(used) & set(data.test_idx[k])
+
+
+def test_new_clients_built_from_the_data_score_the_mean_of_their_test_batch_accuracies_without_a_run(tmp_path):
+    """Built from the federated data, the ``eval.new_clients`` node, the seed and the rounds: after one FedAvg round of
+    the other clients, newclients/acc (FedAvg: no fine-tuning) is the mean over the new clients of the mean accuracy
+    of their shuffled test batches of B = 7, counted here batch by batch; the curves' picture goes to ``publish``."""
+    B = 7
+    cfg = make_cfg(*NC, "algorithm=fedavg", "model=tiny_cnn", "partition=iid", f"eval.new_clients.batch_size={B}")
+    ctx = build_context(cfg, tmp_path)
+    published = []
+    nc = NewClients(ctx.data, cfg.eval.new_clients, cfg.seed, cfg.rounds, lambda *a: published.append(a))
+    algo = ALGORITHMS["fedavg"](ctx)
+    algo.setup()
+    clients = build.sample_clients(cfg, ctx.data.num_clients, nc, 1)
+    assert len(nc.ids) == 3 and not set(clients.tolist()) & set(nc.ids.tolist())
+    algo.round(1, clients)
+    out = nc(algo, 1)
+
+    data, fm = ctx.data, ctx.fm
+    fm.set_mode(False)
+    per_client, pooled = [], []
+    with torch.no_grad():
+        for k in nc.ids.tolist():
+            test = data.test_idx[k]
+            order = data.tensor(test[seeding.rng(cfg.seed, "new_clients_test", 1, 0, k).permutation(len(test))])
+            right = (fm(algo.w, algo.bn, data.x[order]).argmax(1) == data.y[order]).double()
+            per_client.append(np.mean([float(right[i : i + B].mean()) for i in range(0, len(right), B)
+                                       if len(right[i : i + B]) > 1]))  # fmt: skip
+            pooled.append(float(right.mean()))
+    fm.set_mode(True)
+    assert not np.allclose(per_client, pooled)  # batch means differ from the pooled accuracy here
+    assert out["newclients/acc"] == pytest.approx(np.mean(per_client), abs=1e-12)
+    nc.summary(tmp_path)
+    assert published == [("newclients/curves", tmp_path / "newclients_curves.png", 1)]
 
 
 def test_curve_equals_hand_computation(tmp_path):

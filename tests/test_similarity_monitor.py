@@ -8,12 +8,14 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import make_cfg, metrics_by_round, run_cfg
+from conftest import build_context, make_cfg, metrics_by_round, run_cfg
 
 from fedbench import seeding
+from fedbench.algorithms import ALGORITHMS
 from fedbench.engine.stack import broadcast
 from fedbench.errors import ConfigError
 from fedbench.run import Run
+from fedbench.similarity import SimilarityMonitor
 
 K = 5
 BASE = (
@@ -37,7 +39,8 @@ def _code_row(s: np.ndarray):
 
 def _hand_similarity(run, heads: dict, bufs: dict, t: int, M: float = 0.5, scale: float = 0.5) -> np.ndarray:
     """Code ``compute_similarity_guassian``: per client k a probe h ~ U[0, 0.5)^d, p_k = softmax(φ_k(h)/M), peers
-    softmax(φ_j(h)) (T = 1), s_kj = cos, s_kk = 1 — a plain loop over client pairs."""
+    softmax(φ_j(h)) (T = 1), s_kj = cos, s_kk = 1 — a plain loop over client pairs. ``run``: a Run or a Context (its
+    ``fm`` and ``cfg``)."""
     fm, d = run.fm, run.fm.net.feature_dim
     probes = torch.rand(K, d, generator=seeding.torch_generator(run.cfg.seed, "probe", t), dtype=torch.float64) * scale
     head = lambda i, h: fm.head(
@@ -83,6 +86,32 @@ def test_monitor_beside_fedavg_computes_s_on_the_rounds_trained_local_heads(tmp_
     assert all("similarity/mean_max_diff" in rows[t] for t in (1, 2, 3))
     assert sorted(p.name for p in out.glob("round_*.npz")) == ["round_00001.npz", "round_00003.npz"]
     assert (out / "figure.png").stat().st_size > 0
+
+
+def test_the_monitor_built_from_a_context_gives_the_mean_mds_gap_of_the_rounds_heads_without_a_run(tmp_path):
+    """Built from the algorithm's Context and the ``eval.similarity`` node: Δs̄ of one FedAvg round is the mean of the
+    code's per-row MDS gaps of S computed pair by pair from the heads it heard; the saved round's figure goes to the
+    context's ``publish``."""
+    cfg = make_cfg("algorithm=fedavg", *BASE, *MONITOR)
+    ctx = build_context(cfg, tmp_path)
+    published = []
+    ctx.publish = lambda key, path, t: published.append((key, path, t))
+    algo = ALGORITHMS["fedavg"](ctx)
+    algo.setup()
+    monitor = SimilarityMonitor(ctx, cfg.eval.similarity)
+    trained = []
+    ctx.observers.append(lambda t, ids, res, phase: trained.append(res) if phase == "train" else None)
+    monitor.before_round(algo, 1)
+    algo.round(1, torch.arange(K))
+    out = monitor.after_round(algo, 1)
+    res = trained[-1]
+    heads = {n: v for n, v in res.params.items() if n.startswith("head.")}
+    bufs = {n: v for n, v in res.buffers.items() if n.startswith("head.")}
+    sets, gaps = zip(*(_code_row(s) for s in _hand_similarity(ctx, heads, bufs, 1)))
+    assert len(set(gaps)) > 1 and out["similarity/mean_max_diff"] == pytest.approx(np.mean(gaps), abs=1e-12)
+    assert out["similarity/relevant_set_sizes"] == [len(a) for a in sets]
+    figure = tmp_path / "diagnostics" / "head_similarity" / "figure.png"
+    assert published == [("head_similarity", figure, 1)] and figure.stat().st_size > 0
 
 
 def test_monitor_beside_fedrema_sees_what_fedrema_sees(tmp_path):

@@ -161,7 +161,8 @@ def test_the_best_evaluation_is_the_first_with_the_highest_pers_acc(peaked):
     """As summary.json's ``best_round`` (the first of equal bests): a later equal accuracy does not replace it."""
     from fedbench.evaluation import Evaluator
 
-    ev = Evaluator(peaked[0])  # a fresh evaluator of the real run
+    run = peaked[0]
+    ev = Evaluator(run.ctx, run.cfg.eval)  # a fresh evaluator of the real run
     for t, a in enumerate([0.5, 0.7, 0.7, 0.6]):
         ev.keep_best(t, a, np.array([a, t]))
     assert (ev.last["pers_best_round"], ev.last["pers_client_acc_best"]) == (1, [0.7, 1])
