@@ -706,8 +706,8 @@ def test_report_page_csv_and_wandb_table_from_hand_written_runs(tmp_path):
     assert res.outcome.verdict == HOLDS
     md = (out / "toy.md").read_text()
     assert (
-        "| **c**: FedAvg beats Local. (ours) | FedAvg 60, Local 50 | FedAvg 53.00 ± 8.60, Local 50.00 ± 8.16 "
-        "(n = 3 seeds) | **holds** | smoke |" in md
+        "| **c**: FedAvg beats Local. (ours) | FedAvg 60, Local 50 | FedAvg 53.00 ± 10.54, Local 50.00 ± 10.00 "
+        "(n = 3 seeds) | **holds** | 100 % | smoke |" in md  # sample sds √111, √100; one test: its power
     )
     # differences 2, 3, 4: mean 3, sd 1, interval 3 ± t(0.95, 2 df)·1/√3 = 3 ± 2.92·0.577 = [1.31, 4.69], p = P(T2 >
     # 5.196) = 0.018; detects a gap of 2.30 with 80 % power (sd 1, n 3); the paper's gap 60 − 50 = 10: power 100 %
