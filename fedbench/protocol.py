@@ -97,13 +97,25 @@ def line(cfg, counts: bool = True) -> str:
         share = f" ({cfg.eval.new_clients.fraction:g} of {cfg.clients}, never trained)" if counts else ""
         clients = f"held-out new clients{share}"
     split = "the global test set" if p.model == "global" else f"test split {p.test_split}"
-    stat = {
-        "best": "best evaluation",
-        "final": f"final (mean of the last {cfg.eval.final_window} evaluations after round 0)",
-        "last": "last evaluation",
-    }[p.statistic]
+    stat = {"best": "best evaluation", "final": final_words(cfg), "last": "last evaluation"}[p.statistic]
     parts = [model, clients, split, stat] + ([str(p.source)] if p.get("source") else [])
     return " · ".join(parts)
+
+
+def evaluations(rounds: int, every: int) -> int:
+    """How many evaluations a run of ``rounds`` makes after round 0: every ``every`` rounds and after the last
+    (fedbench/callbacks.py)."""
+    return len(set(range(every, rounds + 1, every)) | {rounds})
+
+
+def final_words(cfg) -> str:
+    """What a run's "final" averages, in words: ``final (mean of the last 5 evaluations after round 0)``; when the
+    window holds every evaluation after round 0 (a short run: 3 rounds, window 5), ``final (mean of all 3
+    evaluations after round 0: the whole run)`` — issue #53: it is no end-of-training value then."""
+    window, evals = int(cfg.eval.final_window), evaluations(int(cfg.rounds), int(cfg.eval_every))
+    if window >= evals:
+        return f"final (mean of all {evals} evaluation{'s' * (evals != 1)} after round 0: the whole run)"
+    return f"final (mean of the last {window} evaluations after round 0)"
 
 
 def differences(protocols: dict[str, dict[str, str]]) -> list[str]:
@@ -119,4 +131,4 @@ def differences(protocols: dict[str, dict[str, str]]) -> list[str]:
     return out
 
 
-__all__ = ["CHECKS", "FIELDS", "METRIC", "check", "differences", "fields", "line"]
+__all__ = ["CHECKS", "FIELDS", "METRIC", "check", "differences", "evaluations", "fields", "final_words", "line"]

@@ -84,10 +84,16 @@ def test_a_protocol_the_run_cannot_deliver_is_refused_naming_the_key(overrides, 
 
 
 def test_the_line_names_model_clients_split_statistic_and_source():
-    cfg = make_cfg("clients=7", "eval.final_window=3", "eval.protocol.source='Paper §4'")
+    cfg = make_cfg("clients=7", "rounds=10", "eval.final_window=3", "eval.protocol.source='Paper §4'")
     assert protocol.line(cfg) == (
         "personalized models · all 7 clients · test split local · final (mean of the last 3 evaluations after round 0)"
         " · Paper §4"
+    )
+    # issue #53: a run shorter than the window averages its whole curve, and says so (7 rounds, every 3rd: 3, 6, 7)
+    short = make_cfg("rounds=7", "eval_every=3", "eval.final_window=4")
+    assert protocol.final_words(short) == "final (mean of all 3 evaluations after round 0: the whole run)"
+    assert protocol.final_words(make_cfg("rounds=7", "eval_every=3", "eval.final_window=2")) == (
+        "final (mean of the last 2 evaluations after round 0)"
     )
     ft = make_cfg("algorithm=fedavg_ft", "algorithm.ft_steps=4", "eval.protocol.statistic=best")
     assert protocol.line(ft).startswith("personalized models (the method fine-tunes 4 steps) · all 5 clients")
@@ -149,5 +155,6 @@ def test_the_report_prints_the_protocol_and_refuses_to_mix_two_in_one_column(tmp
     assert "Protocol: mixed protocols: statistic: best (fedavg) vs final (fedper)." in md
     assert report_main([str(tmp_path / "b"), "--no-wandb", "--no-plots", "--out", str(tmp_path / "rb")]) == 0
     md = (tmp_path / "rb" / "runs_pers_acc.md").read_text()
-    want = "Protocol: personalized models · all 4 clients · test split local · final (mean of the last 5 evaluations"
+    want = "Protocol: personalized models · all 4 clients · test split local · final (mean of all 2 evaluations after"
+    assert "| Method | Best | Final (all 2 evals) |" in md  # issue #53: a 2-round run's final is its whole curve
     assert want in md and "protocol: personalized models · all 4 clients" in capsys.readouterr().out

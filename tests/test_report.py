@@ -504,6 +504,29 @@ def test_runs_that_differ_in_a_key_one_method_lacks_are_refused_in_one_line(tmp_
     assert "--split algorithm.delta" in err and not out.exists()
 
 
+def test_the_final_column_says_how_many_evaluations_it_averaged(tmp_path, capsys, monkeypatch):
+    """Issue #53 item 6: a 3-round run's final (window 5) is the mean of all 3 evaluations — its whole curve, no
+    end-of-training value: the header says ``Final (all 3 evals)``; a 10-round run's says ``Final (last 5 evals)``;
+    the CSV's column stays ``Final``."""
+    from fedbench.report import main as report_main
+
+    def summary(acc, n):
+        final = sum(acc[-n:]) / n
+        return {"metrics": {"global/acc": {"best": max(acc), "final": final, "final_n": n, "last": acc[-1]}}}
+
+    short = [0.1, 0.2, 0.6, 0.4]  # final = (20 + 60 + 40) / 3 = 40; best 60
+    write_run(tmp_path / "short", "fedavg", 0, None, acc=short, extra=summary(short, 3))
+    long = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.5, 0.6]  # final = mean of rounds 6-10 = 70
+    write_run(tmp_path / "long", "fedavg", 0, None, acc=long, extra=summary(long, 5))
+    monkeypatch.setenv("COLUMNS", "200")
+    for name, header, final in (("short", "Final (all 3 evals)", 40.0), ("long", "Final (last 5 evals)", 70.0)):
+        out = tmp_path / f"report_{name}"
+        assert report_main([str(tmp_path / name), "--no-plots", "--no-wandb", "--out", str(out)]) == 0
+        assert f"| Method | Best | {header} |" in (out / "runs_global_acc.md").read_text()
+        assert header in capsys.readouterr().out
+        assert float(_csv(out / "runs_global_acc.csv")[("fedavg", "Final")]["ours_mean"]) == pytest.approx(final)
+
+
 def test_a_sweep_given_twice_counts_once(tmp_path):
     """`fedbench-report <sweep> <sweep>` read the sweep's runs once and then listed every job again as missing."""
     from fedbench.report import collect

@@ -209,8 +209,11 @@ def swept_tables(table: "Table", clash: dict) -> list["Table"] | None:
             "rows": rows,
             "cols": cols,
             "metrics": {name: path},
-            "id": f"{base['id']}_{_slug(name.lower())}_by_{_slug(cols)}",
-            "title": f"{path_words(path).capitalize()}, by {cols}" + (f" and {rows}" if not several else ""),
+            "id": f"{base['id']}_{_slug(name.lower())}_by_{_slug(cols)}",  # name: Best, Final, Worst 10 %, ...
+            "title": f"{path_words(path).capitalize()}"
+            + (f" ({words})" if (words := window_words(table.members, path)) else "")
+            + f", by {cols}"
+            + (f" and {rows}" if not several else ""),
         }
         out.append(Table(spec, [(r, spec) for r in runs]))
     return out
@@ -672,9 +675,14 @@ class Report:
         return out
 
     def header(self) -> list[str]:
+        """The printed header (terminal, Markdown): a default table's Final says the evaluations it averaged (issue
+        #53: ``Final (all 3 evals)`` on a run shorter than ``eval.final_window``, which is no end-of-training value);
+        the CSV's ``column`` stays the column's name."""
         out = [self.row_title()]
         for c in self.columns:
-            out += [c.header] + (["paper", "Δ"] if self.has_paper(c) else [])
+            words = window_words(self.members, self.table.metrics[c.metric]) if self.table.paper == "runs" else None
+            head = f"{c.header} ({words})" if words and c.metric == "Final" else c.header
+            out += [head] + (["paper", "Δ"] if self.has_paper(c) else [])
         return out
 
     def row_title(self) -> str:
@@ -698,6 +706,26 @@ class Report:
                     ]
             out.append(line)
         return out
+
+
+def window_words(members: list, path: str) -> str | None:
+    """The evaluations a ``<metric>.final`` value of these runs averages (summary.json ``final_n``): ``last 5 evals``,
+    or ``all 3 evals`` when that is every evaluation after round 0 (a run shorter than ``eval.final_window``); None
+    for another path and for runs made before ``final_n``."""
+    from ..protocol import evaluations
+
+    metric, _, stat = path.rpartition(".")
+    spans = set()
+    for run, _ in members if stat == "final" else []:
+        n = (run.summary.get("metrics", {}).get(metric) or {}).get("final_n")
+        rounds, every = run.config.get("rounds"), run.config.get("eval_every", 1)
+        if run.status == "complete" and isinstance(n, int) and isinstance(rounds, int) and isinstance(every, int):
+            spans.add((n, n >= evaluations(rounds, every)))
+    if not spans:
+        return None
+    ns = sorted({n for n, _ in spans})
+    n = str(ns[0]) if len(ns) == 1 else f"{ns[0]}–{ns[-1]}"
+    return "last eval" if n == "1" else f"{'all' if all(whole for _, whole in spans) else 'last'} {n} evals"
 
 
 def _reduced(run: RunRecord) -> str | None:
