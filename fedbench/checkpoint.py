@@ -28,6 +28,7 @@ from omegaconf import OmegaConf
 
 from .callbacks import Callback
 from .errors import ConfigError, WriteFailed
+from .files import atomic
 
 # keys that do not change a run's results (so changing them still resumes the same run)
 NEUTRAL = ("hydra", "resume", "logger", "checkpoint", "cache_dir", "data_root")
@@ -118,8 +119,6 @@ def save(run_dir: Path, t: int, state: dict, keep: int = 2) -> Path:
 
     A failed write (disk full, quota, ...) leaves no temporary file and no half checkpoint; the older checkpoints are
     only removed after the new one is complete. It raises :class:`~fedbench.errors.WriteFailed` (path and cause)."""
-    from .rundir import atomic
-
     d = directory(run_dir)
     path = d / f"round_{t:06d}.pt"
     try:
@@ -150,8 +149,6 @@ def save_final(run_dir: Path, t: int, algorithm, fingerprint: str) -> Path:
     personalized weights included) without the per-client optimizer state, the bulk of a checkpoint — so
     ``algorithm.load_state_dict(state)`` after ``Run(cfg, dir).setup()`` with the run's config gives back the final
     global and personalized models; plus ``round``, ``algorithm`` (its name) and ``config_fingerprint``."""
-    from .rundir import atomic
-
     state = {k: v for k, v in algorithm.state_dict().items() if k != "opt_state"}
     path = Path(run_dir) / FINAL
     data = _serialized(

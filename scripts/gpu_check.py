@@ -256,7 +256,7 @@ def fast_paths(rep: Report, dev: torch.device) -> None:
     """The vectorized step's fast paths (hardware.cuda_graphs, hardware.compile; docs/fast_paths.md) against the eager
     step: CUDA-graph replay and the compiled step, fp64 and fp32, on the GPU; off it, the graphs' code path without
     the capture call, fp64 only (compiling takes minutes on a CPU)."""
-    from fedbench.engine.fast import device_check
+    from fedbench.engine.fastcheck import device_check
 
     cuda = dev.type == "cuda"
     got = device_check(str(dev), compile=cuda, precisions=("fp64", "fp32") if cuda else ("fp64",))

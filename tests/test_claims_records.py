@@ -10,8 +10,8 @@ import pytest
 from scipy import stats
 from test_claims import CLAIM, NO_PICTURES, _claims_file, _write_run
 
-from fedbench.claims import main
-from fedbench.claims.records import load, records_path, write
+from fedbench.claims import main, record
+from fedbench.claims.records import load, records_path
 from fedbench.claims.results import RunSet, evaluate_claim
 from fedbench.claims.spec import ClaimsError, load_file
 
@@ -53,7 +53,7 @@ def test_records_are_judged_as_the_run_dirs_they_come_from(tmp_path):
     (sweep / "local_seed0" / "status.json").write_text(json.dumps(made_by))
     from_dirs = evaluate_claim(pc, pc.claims[0], RunSet(pc, "smoke", runs))
 
-    assert write(pc, "smoke", runs, out) == (5, 5)  # 4 complete + 1 failed; the missing one has none
+    assert record(pc, "smoke", runs, out) == (5, 5)  # 4 complete + 1 failed; the missing one has none
     lines = [json.loads(ln) for ln in records_path(out, "toy").read_text().splitlines()]
     assert sorted((r["overrides"]["algorithm"], r["overrides"]["seed"], r["status"]) for r in lines) == [
         ("fedavg", "0", "complete"),
@@ -83,9 +83,9 @@ def test_records_are_judged_as_the_run_dirs_they_come_from(tmp_path):
 
     # the run dirs gone (another machine): writing again keeps every record; a run finished there is added
     shutil.rmtree(runs)
-    assert write(pc, "smoke", runs, out) == (0, 5)
+    assert record(pc, "smoke", runs, out) == (0, 5)
     _write_run(sweep, next(j for j in jobs if j["algorithm"] == "local" and j["seed"] == "2"), 9, 0.60)
-    assert write(pc, "smoke", runs, out) == (1, 6)
+    assert record(pc, "smoke", runs, out) == (1, 6)
     again = evaluate_claim(pc, pc.claims[0], RunSet(pc, "smoke", runs, found=load(records_path(out, "toy"))))
     assert again.data["local"][None] == {0: 50.0, 1: 40.0, 2: 60.0} and again.status == {"failed": 1}
 
@@ -102,7 +102,7 @@ def test_run_makes_only_the_jobs_the_records_lack(tmp_path, cache_dir):
     recorded = [j for j in jobs if not (j["algorithm"] == "fedavg" and j["seed"] in ("1", "2"))]
     for i, job in enumerate(recorded):
         _write_run(elsewhere / "smoke" / "toy", job, i, 0.5)
-    assert write(pc, "smoke", elsewhere, out) == (4, 4)
+    assert record(pc, "smoke", elsewhere, out) == (4, 4)
     records = records_path(out, "toy")
     assert run(pc, "smoke", runs, [*NO_PICTURES, f"cache_dir={cache_dir}"], records=records) == 0
     made = sorted(d.name for d in (runs / "smoke" / "toy").iterdir() if (d / "summary.json").exists())
@@ -128,7 +128,7 @@ def test_run_never_makes_a_diverged_run_again_but_makes_the_missing_one(tmp_path
     for i, seed in enumerate("012"):
         _write_run(elsewhere / "smoke" / "toy", key["local", seed], i, 0.5)
     _write_run(elsewhere / "smoke" / "toy", key["fedavg", "0"], 3, float("nan"), status="diverged")
-    assert write(pc, "smoke", elsewhere, out) == (4, 4)
+    assert record(pc, "smoke", elsewhere, out) == (4, 4)
     _write_run(runs / "smoke" / "toy", key["fedavg", "1"], 4, float("nan"), status="diverged")  # a run dir here
     records = records_path(out, "toy")
     assert run(pc, "smoke", runs, [*NO_PICTURES, f"cache_dir={cache_dir}"], records=records) == 0

@@ -9,7 +9,7 @@ sign or a skipped update moves the state by ~lr·|g| ~ 1e-3 and fails by 9 order
 
 On the CPU ``cuda_graphs=True`` runs the same code minus the capture itself (fast.capture: warm-up calls, state put
 back, then plain calls into the resident buffers): the buckets, the resident buffers and the live masks are tested
-here, the capture on the device (fast.device_check, from scripts/gpu_check.py)."""
+here, the capture on the device (fastcheck.device_check, from scripts/gpu_check.py)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from omegaconf import OmegaConf
 
 from fedbench.algorithms.fedprox import FedProx
 from fedbench.algorithms.scaffold import SCAFFOLD
-from fedbench.engine import fast, optim
+from fedbench.engine import fast, fastcheck, optim
 from fedbench.engine.augment import RandomCropFlip
 from fedbench.engine.executor import LocalJob, VectorizedExecutor
 from fedbench.engine.functional import FModel
@@ -251,9 +251,9 @@ def test_a_bug_in_the_compiled_code_only_fails_the_comparison(monkeypatch):
 
 
 def test_the_device_check_runs_its_graph_cases_on_the_cpu_without_the_capture():
-    """fast.device_check (the first-GPU command's equality section calls it with device="cuda"): on the CPU its graphs
-    cases run the same code minus the capture call, in fp64 (<= 1e-12) and fp32 (engine/agreement.py's rule)."""
-    out = fast.device_check("cpu", compile=False)
+    """fastcheck.device_check (the first-GPU command's equality section calls it with device="cuda"): on the CPU its
+    graphs cases run the same code minus the capture call, in fp64 (<= 1e-12) and fp32 (engine/agreement.py's rule)."""
+    out = fastcheck.device_check("cpu", compile=False)
     assert set(out["cases"]) == {"graphs/fp64", "graphs/fp32"} and out["ok"], out
     for case in out["cases"].values():
         assert case["buckets"] == [1, 2] and case["captures"] == 2 and case["captured"] is False

@@ -18,6 +18,7 @@ over seeds and its verdict; ``check`` composes every experiment and checks every
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import sys
 from collections import Counter
@@ -25,17 +26,13 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from .predicates import VERDICTS, Outcome, Predicate, PredicateError, Test, evaluate, judge, parse
-from .results import ClaimResult, RunSet, evaluate_claim
+from .records import ENDED, add, committed_records, default_out, record_of, records_path
+from .records import load as load_records
+from .results import ClaimResult, RunSet, evaluate_claim, launches, sweep_dir
 from .runner import run
 from .spec import SCALES, ClaimsError, PaperClaims, check, load, papers
 
 RUNS = Path("outputs/claims")
-
-
-def default_out() -> Path:
-    from ..cli import CONF_DIR
-
-    return CONF_DIR.parent / "docs" / "results"
 
 
 def _papers(name: str | None) -> list[str]:
@@ -135,9 +132,6 @@ def lost_scale(lost: list[str]) -> str:
 
 
 def _scales_with_runs(paper: str, runs_root: Path, records: Path | None = None) -> list[str]:
-    from .records import load as load_records
-    from .results import sweep_dir
-
     recorded = {s for s in SCALES if records is not None and load_records(records, s)}
     return [s for s in SCALES if s != "smoke" and (sweep_dir(runs_root, s, paper).is_dir() or s in recorded)]
 
@@ -182,11 +176,29 @@ def _page_scales(page_csv: Path) -> list[str]:
         return [s for s in dict.fromkeys(row["scale"] for row in csv.DictReader(f)) if s in SCALES and s != "smoke"]
 
 
-def committed_records(paper: str) -> Path:
-    """The repository's records of a paper's runs (docs/results/<paper>/runs.jsonl)."""
-    from .records import records_path
-
-    return records_path(default_out(), paper)
+def record(pc: PaperClaims, scale: str, runs_root: Path, out: Path) -> tuple[int, int]:
+    """``fedbench-claims record``: add (or renew) in ``out``'s records file of ``pc`` the records of the ended runs of
+    its experiments at ``scale`` found under ``runs_root`` (matched to their jobs as the page matches them); the others'
+    records stay. Each says where it was made: its status.json's commit and machine, else those of the ``fedbench-claims
+    run`` launch that started last before it (fedbench/claims/records.py). Returns (records written from runs here,
+    records in the file)."""
+    starts = sorted(launches(sweep_dir(runs_root, scale, pc.paper)), key=lambda r: r.get("started", ""))
+    rs, recs = RunSet(pc, scale, runs_root), []
+    for exp in pc.needed(scale):
+        for r in rs.runs(exp):
+            if r.path is None or r.status not in ENDED:
+                continue
+            status = {}
+            try:
+                status = json.loads((r.path / "status.json").read_text())
+            except (OSError, ValueError):
+                pass
+            before = [x for x in starts if x.get("started", "") <= status.get("started", "")]
+            made = status if status.get("commit") else (before[-1] if before else {})
+            rec = record_of(r, pc.paper, scale, made)
+            rec["overrides"] = dict(sorted((r.job or r.overrides).items()))
+            recs.append(rec)
+    return add(records_path(out, pc.paper), recs, runs_root)
 
 
 def plan_command(args) -> int:
@@ -316,10 +328,8 @@ def main(argv=None) -> int:
                 ]
             )
         if args.command == "record":
-            from .records import records_path, write
-
             for name in _papers(args.paper):
-                n, total = write(load(name), args.scale, args.runs, args.out or default_out())
+                n, total = record(load(name), args.scale, args.runs, args.out or default_out())
                 print(
                     f"fedbench-claims: {name} {args.scale}: {n} ended runs recorded; "
                     f"{records_path(args.out or default_out(), name)} holds {total}",

@@ -143,7 +143,7 @@ def savings(papers_scales: dict) -> list[dict]:
     """Per paper and scale of 5 seeds: claims judged, runs of seeds 3-4 they read, runs look 1 saved on the committed
     runs, and the expected runs saved at their observed effects. ``papers_scales``: {paper: [scales]}; the committed
     records alone are read (``found=[]``: no run dir joins them)."""
-    from . import committed_records
+    from .records import committed_records
     from .results import RunSet, evaluate_claim
     from .spec import load
 
@@ -198,7 +198,7 @@ def table(rows: list[dict]) -> str:
 def main() -> int:
     import csv
 
-    from . import default_out
+    from .records import default_out
     from .spec import papers
 
     scales = {}

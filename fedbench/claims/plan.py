@@ -63,7 +63,7 @@ WARMUP_FIGURES = {"ECL Table 1, CIFAR-10-LT, ResNet-32 [ecl] fp32": ("ecl", "tab
 
 
 def conf_dir() -> Path:
-    from ..cli import CONF_DIR
+    from ..confdir import CONF_DIR
 
     return CONF_DIR
 
@@ -435,7 +435,7 @@ def measure(papers: list[str], scale: str, data_root: str | None, log=print) -> 
     from ..errors import ConfigError
     from ..hydra_cache import install
     from ..report.runtime import estimate_overrides, stored_costs, update
-    from . import committed_records
+    from .records import committed_records
     from .spec import load
 
     conf = conf_dir()
@@ -607,7 +607,7 @@ def markdown(plans_by_paper: dict, scale: str, conf: Path | None = None) -> str:
 
 def page_note(paper: str, scale: str = "paper", records: Path | None = None) -> str:
     """A paper's plan note (Markdown) for its results page: the total line and its claims in the plan's order."""
-    from . import committed_records
+    from .records import committed_records
     from .spec import load
 
     plans = plan_paper(load(paper), scale, records or committed_records(paper))

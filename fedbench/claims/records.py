@@ -10,6 +10,10 @@ else null — never the commit of the process writing the record; ``host``, ``st
 status.json). No checkpoint, model or picture.
 
     fedbench-claims record <paper> --scale cpu [--runs DIR]     # add the finished runs under DIR to the records
+
+This module is the records file: a run as a record (:func:`record_of`) and back (:func:`load`), :func:`add` to the
+file, and where the repository keeps it. Which runs ``fedbench-claims record`` adds is ``fedbench.claims.record``'s:
+it finds them as a page does, with fedbench/claims/results.py's ``RunSet`` (which reads this file).
 """
 
 from __future__ import annotations
@@ -19,8 +23,8 @@ import math
 import re
 from pathlib import Path
 
+from ..confdir import CONF_DIR
 from ..report.runs import RunRecord
-from .results import RunSet, launches, sweep_dir
 from .spec import SCALES
 
 RECORDS = "runs.jsonl"
@@ -29,6 +33,16 @@ ENDED = ("complete", "diverged", "failed")  # a run still running or never start
 
 def records_path(out: Path, paper: str) -> Path:
     return Path(out) / paper / RECORDS
+
+
+def default_out() -> Path:
+    """Where the repository keeps the results pages and, beside each, its records (docs/results)."""
+    return CONF_DIR.parent / "docs" / "results"
+
+
+def committed_records(paper: str) -> Path:
+    """The repository's records of a paper's runs (docs/results/<paper>/runs.jsonl)."""
+    return records_path(default_out(), paper)
 
 
 def _numbers(row: dict) -> dict:
@@ -104,34 +118,20 @@ def _portable(rec: dict, runs_root: Path) -> dict:
     return rec
 
 
-def write(pc, scale: str, runs_root: Path, out: Path) -> tuple[int, int]:
-    """Add (or renew) the records of the ended runs of ``pc``'s experiments at ``scale`` found under ``runs_root``;
-    the others' records stay. Returns (records written from runs here, records in the file)."""
-    path = records_path(out, pc.paper)
+def add(path: Path, recs: list[dict], runs_root: Path) -> tuple[int, int]:
+    """Add (or renew) ``recs`` (:func:`record_of`'s, of runs under ``runs_root``) in the records file ``path``; the
+    others' records stay. Returns (records written from ``recs``, records in the file)."""
     existing = {}
     if path.exists():
         for line in path.read_text().splitlines():
             rec = json.loads(line)
             existing[_key(rec)] = rec
-    starts = sorted(launches(sweep_dir(runs_root, scale, pc.paper)), key=lambda r: r.get("started", ""))
-    rs, n, written = RunSet(pc, scale, runs_root), 0, set()
-    for exp in pc.needed(scale):
-        for run in rs.runs(exp):
-            if run.path is None or run.status not in ENDED:
-                continue
-            status = {}
-            try:
-                status = json.loads((run.path / "status.json").read_text())
-            except (OSError, ValueError):
-                pass
-            before = [r for r in starts if r.get("started", "") <= status.get("started", "")]
-            made = status if status.get("commit") else (before[-1] if before else {})
-            rec = record_of(run, pc.paper, scale, made)
-            rec = _portable(rec, runs_root)
-            rec["overrides"] = dict(sorted((run.job or run.overrides).items()))
-            n += _key(rec) not in written
-            written.add(_key(rec))
-            existing[_key(rec)] = rec
+    n, written = 0, set()
+    for rec in recs:
+        rec = _portable(rec, runs_root)
+        n += _key(rec) not in written
+        written.add(_key(rec))
+        existing[_key(rec)] = rec
     path.parent.mkdir(parents=True, exist_ok=True)
     for rec in existing.values():  # records written before they were made portable
         _portable(rec, runs_root)
@@ -142,4 +142,4 @@ def write(pc, scale: str, runs_root: Path, out: Path) -> tuple[int, int]:
     return n, len(lines)
 
 
-__all__ = ["RECORDS", "load", "records_path", "record_of", "write"]
+__all__ = ["ENDED", "RECORDS", "add", "committed_records", "default_out", "load", "record_of", "records_path"]

@@ -17,6 +17,7 @@ from ..report.grid import GridChoice
 from ..report.runs import RunRecord, _number, canon, collect, missing_run
 from ..report.tables import DERIVED, Report, Table
 from .predicates import NEEDS_DATA, NOT_COMPARABLE, NOT_RUN, Outcome, evaluate
+from .records import load as load_records
 from .spec import Claim, Experiment, PaperClaims
 
 LAUNCHES = "claims_launches.jsonl"  # one line per `fedbench-claims run` launch of an experiment (time, commit, machine)
@@ -73,8 +74,6 @@ class RunSet:
         if found is None:
             found = collect([self.sweep]) if self.sweep.is_dir() else []
         if records is not None:
-            from .records import load as load_records
-
             have = {frozenset(r.overrides.items()) for r in found if r.status != "missing"}
             recorded = load_records(records, scale)
             keys = {frozenset(r.overrides.items()) for r in recorded}
@@ -210,7 +209,7 @@ def _table_labels(experiment: str) -> tuple:
     page asks for every claim at every scale)."""
     import yaml
 
-    from ..cli import CONF_DIR
+    from ..confdir import CONF_DIR
 
     try:
         node = yaml.safe_load((CONF_DIR / "experiment" / f"{experiment}.yaml").read_text()) or {}

@@ -182,7 +182,7 @@ class PaperClaims:
 
 
 def claims_dir() -> Path:
-    from ..cli import CONF_DIR
+    from ..confdir import CONF_DIR
 
     return CONF_DIR / "claims"
 
@@ -387,7 +387,7 @@ def hydra_context():
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from ..cli import CONF_DIR
+    from ..confdir import CONF_DIR
     from ..hydra_cache import install
 
     install()  # each config file parsed once per process (a page composes once per missing job)
@@ -457,7 +457,7 @@ def check(pc: PaperClaims) -> list[str]:
     exist (``fedbench`` composes each before it runs anything); each claim's names are values its runs take, its
     ``over`` key varies and its ``where`` values occur; and the rule finds it true of the paper's own numbers
     (:func:`paper_problems`)."""
-    from ..cli import GROUPS, options
+    from ..confdir import GROUPS, options
 
     problems, options_of = [], {g: set(options(g)) for g in GROUPS}
     with hydra_context():

@@ -17,7 +17,6 @@ import os
 import sys
 import tempfile
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -26,38 +25,14 @@ import torch
 from omegaconf import OmegaConf
 
 from fedbench.data.leaf import load_femnist
+from fedbench.data.pool import Dataset, from_splits
 from fedbench.errors import ConfigError
 from fedbench.seeding import rng, torch_generator
 
 CACHE_VERSION = 1  # bump when a loader's output changes, so old cache files are ignored
 
 
-@dataclass
-class Dataset:
-    name: str
-    x: torch.Tensor  # float32 [N, C, H, W], normalised; pool = official train then official test
-    y: torch.Tensor  # int64 [N]
-    n_train: int  # x[:n_train] = official train split, x[n_train:] = official test split
-    classes: list[str]
-    attrs: dict[str, torch.Tensor] = field(default_factory=dict)  # e.g. {"rotation": int64 [N]}
-
-    @property
-    def num_classes(self) -> int:
-        return len(self.classes)
-
-    @property
-    def input_shape(self) -> tuple[int, int, int]:
-        return tuple(self.x.shape[1:])
-
-
 # ---------------------------------------------------------------- shared helpers
-
-
-def _raw(name, train_x, train_y, test_x, test_y, classes, attrs=None) -> Dataset:
-    """Concatenate the official splits into one pool (x may still be uint8)."""
-    x = torch.cat([torch.as_tensor(train_x), torch.as_tensor(test_x)])
-    y = torch.cat([torch.as_tensor(train_y), torch.as_tensor(test_y)]).long()
-    return Dataset(name, x, y, len(train_y), [str(c) for c in classes], attrs or {})
 
 
 def _missing(cfg, looked: list[Path], what: str, no_download: str | None = None) -> ConfigError:
@@ -138,7 +113,7 @@ def _load_image_folder(name, train_dir: Path, test_dir: Path, channels, image_si
             f"fedbench: warning: {name}: class folder(s) {empty} hold no images in train or test ({where})",
             file=sys.stderr,
         )
-    return _raw(name, tr_x, tr_y, te_x, te_y, classes)
+    return from_splits(name, tr_x, tr_y, te_x, te_y, classes)
 
 
 def _torchvision_split(cls, cfg, train: bool):
@@ -235,7 +210,7 @@ def load_digits(cfg) -> Dataset:
         raise ConfigError("dataset.test_fraction", cfg.test_fraction, "a fraction strictly between 0 and 1")
     idx_tr, idx_te = stratified_split(target, frac, int(cfg.split_seed))
     y = torch.from_numpy(target)
-    return _raw("digits", x[idx_tr], y[idx_tr], x[idx_te], y[idx_te], np.arange(10))
+    return from_splits("digits", x[idx_tr], y[idx_tr], x[idx_te], y[idx_te], np.arange(10))
 
 
 def stratified_split(y: np.ndarray, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -287,7 +262,7 @@ def load_synthetic(cfg) -> Dataset:
         return prototypes[y] + cfg.noise * torch.randn([len(y), *shape], generator=g), y
 
     (tr_x, tr_y), (te_x, te_y) = draw(cfg.train_per_class), draw(cfg.test_per_class)
-    return _raw("synthetic", tr_x, tr_y, te_x, te_y, [f"class_{i}" for i in range(k)])
+    return from_splits("synthetic", tr_x, tr_y, te_x, te_y, [f"class_{i}" for i in range(k)])
 
 
 def _load_mnist_like(cls, cfg) -> Dataset:
@@ -300,7 +275,7 @@ def _load_mnist_like(cls, cfg) -> Dataset:
                 f"{cfg.name}'s {split} images and labels to match: {len(d.data)} images, {len(d.targets)} labels "
                 "(a labels file of another split or dataset?)",
             )
-    return _raw(cfg.name, tr.data.unsqueeze(1), tr.targets, te.data.unsqueeze(1), te.targets, tr.classes)
+    return from_splits(cfg.name, tr.data.unsqueeze(1), tr.targets, te.data.unsqueeze(1), te.targets, tr.classes)
 
 
 def load_mnist(cfg) -> Dataset:
@@ -344,7 +319,7 @@ def _load_cifar(cls, folder: str, num_classes: int, cfg) -> Dataset:
     if fmt == "torchvision" or batches.is_dir() or cfg.download:
         tr, te = _torchvision_split(cls, cfg, True), _torchvision_split(cls, cfg, False)
         hwc = lambda d: torch.from_numpy(d.data).permute(0, 3, 1, 2).contiguous()  # noqa: E731
-        return _raw(cfg.name, hwc(tr), tr.targets, hwc(te), te.targets, tr.classes)
+        return from_splits(cfg.name, hwc(tr), tr.targets, hwc(te), te.targets, tr.classes)
     raise _missing(
         cfg,
         [t / s for t in trees for s in ("train", "test")] + [batches],
@@ -435,7 +410,7 @@ def load_tinyimagenet(cfg) -> Dataset:
     rows = [line.split("\t")[:2] for line in val_ann.read_text().splitlines() if line.strip()]
     te_x = _decode_files([str(base / "val" / "images" / f) for f, _ in rows], 3, cfg.image_size)
     te_y = torch.tensor([class_to_idx[w] for _, w in rows], dtype=torch.int64)
-    return _raw("tinyimagenet", tr_x, tr_y, te_x, te_y, classes)
+    return from_splits("tinyimagenet", tr_x, tr_y, te_x, te_y, classes)
 
 
 DATASETS: dict[str, Callable[..., Dataset]] = {

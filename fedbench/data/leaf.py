@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fedbench.data.pool import from_splits
 from fedbench.errors import ConfigError
 
 CLASSES = list(string.digits + string.ascii_uppercase + string.ascii_lowercase)  # LEAF's relabel_class: 0-9, A-Z, a-z
@@ -70,8 +71,6 @@ def read_split(folder: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
 def load_femnist(cfg):
     """The pool (train samples of every writer, then test samples) with attrs["writer"]; ``invert`` stores 1 − x
     (the CAFeMe code feeds (0.5 − x)/0.5, i.e. ink positive: invert + normalize 0.5/0.5)."""
-    from fedbench.data.datasets import _raw
-
     if cfg.download:
         raise ConfigError(
             "dataset.download",
@@ -98,4 +97,4 @@ def load_femnist(cfg):
         return (255 - x if cfg.invert else x), y, who
 
     (tr_x, tr_y, tr_w), (te_x, te_y, te_w) = stack(train), stack(test)
-    return _raw("femnist", tr_x, tr_y, te_x, te_y, CLASSES, {"writer": torch.cat([tr_w, te_w])})
+    return from_splits("femnist", tr_x, tr_y, te_x, te_y, CLASSES, {"writer": torch.cat([tr_w, te_w])})

@@ -7,6 +7,7 @@ from omegaconf import OmegaConf
 
 from ..errors import ConfigError
 from .base import SplitNet
+from .cafeme import cafeme_cnn
 from .nets import alexnet, cnn, lenet, mlp, pfl_cnn
 from .resnet import resnet32, resnet50
 
@@ -18,6 +19,7 @@ MODELS = {
     "pfl_cnn": pfl_cnn,
     "resnet32": resnet32,
     "resnet50": resnet50,
+    "cafeme_cnn": cafeme_cnn,  # CAFeMe's base network with its modulator (models/cafeme.py)
 }
 
 
@@ -75,7 +77,5 @@ def _size(builder, input_shape, num_classes: int, options: dict) -> str:
         return "its size is unknown"
     return f"{n:,} parameters, {n * 4 / 2**30:,.1f} GiB in float32 (each client's copy and the optimizer's state more)"
 
-
-from . import cafeme  # noqa: E402,F401  (registers cafeme_cnn)
 
 __all__ = ["MODELS", "SplitNet", "build_model", "register"]

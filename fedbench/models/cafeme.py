@@ -14,7 +14,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import register
 from .base import SplitNet, flat_dim
 
 MODULATIONS = ("none", "sigmoid", "film", "additive")
@@ -172,7 +171,6 @@ class CAFeMeNet(SplitNet):
         return self.head(self.body(x))
 
 
-@register("cafeme_cnn")
 def cafeme_cnn(
     input_shape,
     num_classes,
