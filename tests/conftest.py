@@ -31,6 +31,38 @@ os.environ.setdefault("WANDB_SILENT", "true")
 os.environ["WANDB_MODE"] = "offline"  # safety net: no test may reach the network
 
 
+# `make test-fast` (FEDBENCH_TEST_FAST=1, -m "not slow"): the unit tests only. A test that starts a subprocess (the
+# CLI, torchrun, a launcher), a run (Run.execute past its config check: run_cfg, a sweep, a resume) or torch.compile is
+# skipped the moment it does, so the selection needs no list and follows the tests as they change; a test slow in
+# another way is marked @pytest.mark.slow. `make test` runs everything.
+FAST_ONLY = os.environ.get("FEDBENCH_TEST_FAST") == "1"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def unit_tests_only():
+    """Under ``FEDBENCH_TEST_FAST=1``: skip a test at its first subprocess or process, run or compiled program."""
+    if not FAST_ONLY:
+        yield
+        return
+    import multiprocessing.process
+    import subprocess
+
+    from fedbench.run import Run
+
+    def skip(why: str):
+        def refuse(*args, **kwargs):
+            pytest.skip(f"make test-fast: {why} (make test runs it)")
+
+        return refuse
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(subprocess.Popen, "_execute_child", skip("starts a subprocess"))
+        mp.setattr(multiprocessing.process.BaseProcess, "start", skip("starts a process"))
+        mp.setattr(Run, "_lead", skip("runs a federation"))  # (a bad config is still refused before, by execute)
+        mp.setattr(torch, "compile", skip("compiles with torch.compile"))  # seconds to minutes per program
+        yield
+
+
 def make_cfg(*overrides: str, fast: bool = True, cache_dir: str | Path | None = None):
     """Compose ``conf/config.yaml`` with Hydra's compose API (plus the fast test defaults)."""
     GlobalHydra.instance().clear()

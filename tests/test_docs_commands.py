@@ -28,6 +28,7 @@ one on a dataset that is not there (CIFAR-100, Tiny-ImageNet, FEMNIST, Fashion-M
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shlex
@@ -296,6 +297,13 @@ def check_make(args: list[str], session: Session, data: Path | None) -> int:
     return 0
 
 
+@functools.cache
+def torchrun_help() -> str:
+    """torchrun's ``--help`` (a Python that imports torch: seconds), read once for all the documented commands."""
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--help"], capture_output=True, text=True)
+    return p.stdout
+
+
 def check_launcher(program: str, args: list[str], session: Session, data: Path | None) -> int:
     """``torchrun [flags] -m fedbench <args>`` / ``srun [flags] fedbench <args>``: the launcher's flags, then fedbench's
     command pre-checked."""
@@ -303,9 +311,7 @@ def check_launcher(program: str, args: list[str], session: Session, data: Path |
     flags, rest = args[: at - (program == "torchrun")], args[at + 1 :]
     if program == "torchrun":
         assert args[at - 1] == "-m", f"torchrun runs fedbench as a module: `torchrun ... -m fedbench`, not {args}"
-        known = subprocess.run(
-            [sys.executable, "-m", "torch.distributed.run", "--help"], capture_output=True, text=True
-        ).stdout
+        known = torchrun_help()
         for f in flags:
             if f.startswith("--"):
                 assert f.split("=")[0] in known, f"torchrun has no flag {f}"
