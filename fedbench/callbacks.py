@@ -132,11 +132,15 @@ class FirstSteps(Callback):
         self.said = True
         per_round = elapsed * self.planned / self.done
         total = per_round * self.rounds_left
+        pace = (
+            f"about {_duration(per_round)} per round, {_duration(total)} for {self.rounds_left} rounds"
+            if self.rounds_left > 1
+            else f"about {_duration(total)} for its one round"  # (not "0:03:48 for 1 rounds")
+        )
         say(
             self.run.loggers,
             f"fedbench: {self.done} of round {self.first}'s {self.planned} local client-steps in {elapsed:.0f} s: "
-            f"about {_duration(per_round)} per round, {_duration(total)} for {self.rounds_left} rounds (local "
-            f"training only; the ETA follows the rounds from the end of round {self.first})",
+            f"{pace} (local training only; the ETA follows the rounds from the end of round {self.first})",
         )
         self.run.status.set(eta_s=round(total - elapsed), eta_from=f"round {self.first}'s first steps")
 
@@ -177,7 +181,8 @@ class Logging(Callback):
         run.status.set(wandb=run.loggers.wandb_state, wandb_id=run.loggers.wandb_id)
         run.loggers.header(*header_lines(run, t0))  # run dir, what runs, on what (console and run.log)
         if resumed and run.world.leader:  # (another process of the run says nothing: fedbench/distributed.py)
-            print(f"fedbench: resuming {run.run_dir} after round {t0}", file=sys.stderr)
+            if not cfg.logger.console:  # (a console's header says it: once, issue #53)
+                print(f"fedbench: resuming {run.run_dir} after round {t0}", file=sys.stderr)
         else:  # round 0: the initial model
             run.loggers.image("partition", run.partition_png, 0)
             first = run.evaluator(run.algorithm, 0)

@@ -56,10 +56,14 @@ def round_line(t: int, rounds: int, metrics: dict, elapsed: float, eta: float | 
 
 def header_lines(run, start_round: int) -> list[str]:
     """Where the run is and what it runs (printed before round 0, or before the first round of a resumed run)."""
+    from hydra.core.hydra_config import HydraConfig
+
     cfg = run.cfg
     executor = type(run.executor).__name__.removesuffix("Executor").lower()
+    chosen = HydraConfig.get().runtime.choices if HydraConfig.initialized() else {}
+    model = chosen.get("model") or cfg.model.name  # the option given (model=tiny_cnn), not its builder's name (cnn)
     what = (
-        f"{cfg.algorithm.name} on {cfg.dataset.name}, partition {cfg.partition.name}, model {cfg.model.name}, "
+        f"{cfg.algorithm.name} on {cfg.dataset.name}, partition {cfg.partition.name}, model {model}, "
         f"seed {cfg.seed}, {cfg.rounds} round{'s' * (int(cfg.rounds) != 1)}, {cfg.clients} clients"
     )
     lines = [

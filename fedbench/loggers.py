@@ -131,6 +131,22 @@ class WandbSink:
             settings=_settings(wandb, wcfg),
         )
         self.id = self.run.id
+        env = os.environ.get("WANDB_MODE", "").strip().lower()
+        self.why = (  # why it is offline (wandb_mode)
+            "logger.wandb.mode=offline"
+            if wcfg.mode == "offline"
+            else f"WANDB_MODE={env}"
+            if env in ("offline", "dryrun")
+            else "no W&B login found: `wandb login` or WANDB_API_KEY"
+        )
+
+    def offline_note(self) -> str | None:
+        """For an offline run, one line: that it is offline, why, and how to upload it later (issue #53: W&B's own
+        line is silenced); None online."""
+        if self.mode != "offline":
+            return None
+        where = Path(self.run.dir).parent  # <run dir>/wandb/offline-run-<time>-<id> (its files/ is run.dir)
+        return f"fedbench: W&B offline ({self.why}); upload this run later with `wandb sync {where}`"
 
     def log(self, step: int, metrics: dict) -> None:
         self.run.log({k: _jsonable(v) for k, v in metrics.items() if _jsonable(v) is not None}, step=step)
@@ -199,10 +215,12 @@ class Loggers:
         self._each("finish", status)
 
     def header(self, *lines: str) -> None:
-        """The run's start header, for the console and run.log; the rounds' clock (elapsed, ETA) starts now."""
+        """The run's start header, for the console and run.log (with how to upload an offline W&B run); the rounds'
+        clock (elapsed, ETA) starts now."""
+        notes = [n for s in self.sinks if isinstance(s, WandbSink) and (n := s.offline_note())]
         for s in self.sinks:
             if isinstance(s, ConsoleSink):
-                s.header(*lines)
+                s.header(*lines, *notes)
 
     @property
     def wandb_id(self) -> str | None:

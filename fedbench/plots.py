@@ -160,25 +160,42 @@ def heatmap(
 def client_spread_figure(best, best_round: int, last, last_round: int, sizes, title: str | None = None):
     """Per-client personalized accuracy (%) at the best round (by ``pers/acc``) and at the last round (one series when
     they are the same round): sorted from the worst client (left), and against the client's number of training samples
-    (right)."""
-    fig, (ranked, scatter) = figure(ncols=2, width=5.2)
+    (right) — or, when every client has as many (equal shards: one column of dots, issue #53), how many clients reach
+    each accuracy (a histogram in 10 % bins)."""
+    fig, (ranked, right) = figure(ncols=2, width=5.2)
     if title:
         fig.suptitle(title)
     series = [(f"best round ({best_round})", best, "o"), (f"last round ({last_round})", last, "x")]
     if best_round == last_round:
         series = [(f"best = last round ({last_round})", last, "o")]
+    equal = len(set(np.asarray(sizes).tolist())) == 1
     for i, (label, acc, marker) in enumerate(series):
         acc = 100 * np.asarray(acc, dtype=float)
         rank = np.arange(1, len(acc) + 1)
         ranked.plot(rank, np.sort(acc), marker=marker, markersize=4, color=f"C{i}", label=label)
-        scatter.scatter(sizes, acc, marker=marker, s=22, color=f"C{i}", label=label)
+        if not equal:
+            right.scatter(sizes, acc, marker=marker, s=22, color=f"C{i}", label=label)
+    if equal:  # one bar per series in each 10 % bin, side by side
+        accs = [100 * np.asarray(acc, dtype=float) for _, acc, _ in series]
+        colors, labels = [f"C{i}" for i in range(len(series))], [label for label, _, _ in series]
+        right.hist(accs, bins=np.linspace(0, 100, 11), color=colors, label=labels)
     ranked.set_title("per-client accuracy, sorted", fontsize=10)
     ranked.set_xlabel("client, sorted by accuracy (worst first)")
-    scatter.set_title("per-client accuracy vs the client's data size", fontsize=10)
-    scatter.set_xlabel("training samples of the client")
-    for ax in (ranked, scatter):
-        ax.set_ylabel("personalized accuracy (%)")
-        integer_ticks(ax)
+    ranked.set_ylabel("personalized accuracy (%)")
+    if equal:
+        right.set_title(
+            f"clients by accuracy (each has {int(np.asarray(sizes).flat[0])} training samples)", fontsize=10
+        )
+        right.set_xlabel("personalized accuracy (%)")
+        right.set_ylabel("clients")
+        right.set_xticks(np.linspace(0, 100, 11))
+    else:
+        right.set_title("per-client accuracy vs the client's data size", fontsize=10)
+        right.set_xlabel("training samples of the client")
+        right.set_ylabel("personalized accuracy (%)")
+    integer_ticks(ranked)
+    integer_ticks(right, x=not equal, y=equal)  # (clients are counted in whole numbers)
+    for ax in (ranked, right):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     return fig

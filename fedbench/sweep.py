@@ -130,16 +130,29 @@ def lost_jobs(sweep: Path, launch: str) -> None:
                 state = json.loads(path.read_text()).get("status")
             except (OSError, ValueError, AttributeError):
                 state = None
+            job = _hydra_job(d)
             rows.append(
                 {
-                    "job": None,
+                    "job": (job.get("job") or {}).get("num"),
                     "dir": str(d),
                     "status": state if state not in (None, "running") else "lost",
                     "error": "no result reached the launcher",
+                    "overrides": (job.get("overrides") or {}).get("task"),
                 }
             )
     if not summarize(sweep, rows):
         print(f"fedbench: the launcher stopped the sweep early; see {sweep}/", file=sys.stderr, flush=True)
+
+
+def _hydra_job(run_dir: Path) -> dict:
+    """The ``hydra`` node of a run dir's ``.hydra/hydra.yaml`` (its job number, overrides), or {}."""
+    import yaml
+
+    try:
+        node = yaml.safe_load((run_dir / ".hydra" / "hydra.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return {}
+    return node.get("hydra") or {} if isinstance(node, dict) else {}
 
 
 def planned_jobs() -> int:
@@ -158,18 +171,24 @@ def summarize(sweep: Path, rows: list[dict]) -> bool:
             print(f"fedbench: {not_started(unstarted)}", file=sys.stderr, flush=True)
             SWEEP_FAILED.append(1)
         return bool(unstarted)
+    failed = [r for r in bad if r.get("status") != "preempted"]  # a stopped run (Ctrl-C, SIGTERM) is no failure:
+    stopped = [os.path.relpath(r["dir"], sweep) for r in bad if r.get("status") == "preempted"]  # it resumes
     kinds: dict[str, int] = {}
-    for r in bad:
+    for r in failed:
         kinds[r.get("status")] = kinds.get(r.get("status"), 0) + 1
-    names = [os.path.relpath(r["dir"], sweep) for r in bad]
+    names = [os.path.relpath(r["dir"], sweep) for r in failed]
     shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
     why = ", ".join(f"{n} {k}" for k, n in kinds.items())
-    print(
-        f"fedbench: {len(bad)} of {len(rows) + unstarted} runs failed ({why}); see status.json in {sweep}/: {shown}"
-        + (f"; {not_started(unstarted)}" if unstarted else ""),
-        file=sys.stderr,
-        flush=True,
-    )
+    total, parts = len(rows) + unstarted, []
+    if failed:
+        parts.append(f"{len(failed)} of {total} runs failed ({why}); see status.json in {sweep}/: {shown}")
+    if stopped:
+        them = "it" if len(stopped) == 1 else "them"
+        stops = f"{len(stopped)} of {total} runs stopped by a signal"
+        parts.append(f"{stops} ({', '.join(stopped)}): the same command resumes {them}")
+    if unstarted:
+        parts.append(not_started(unstarted))
+    print("fedbench: " + "; ".join(parts), file=sys.stderr, flush=True)
     SWEEP_FAILED.append(1)
     return True
 

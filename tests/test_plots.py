@@ -195,3 +195,21 @@ def test_logger_pictures_false_draws_nothing_and_changes_no_result(tmp_path):
     _, again = run(False, tmp_path / "off")  # the same run: skipped, its round table finished, no curves.png
     assert again["metrics"] == off["metrics"] and (tmp_path / "off" / "metrics.csv").exists()
     assert list((tmp_path / "off").rglob("*.png")) == []
+
+
+def test_client_spread_with_equal_client_sizes_counts_the_clients_per_accuracy_bin():
+    """Issue #53 item 10: with equal-size shards the accuracy-vs-size panel was one column of dots. Every client has
+    160 samples: the right panel counts the clients per 10 % accuracy bin, one bar per round, side by side — best
+    (5, 20, 50, 50, 90, 95 %): 1 in [0, 10), 1 in [20, 30), 2 in [50, 60), 2 in [90, 100]; last (5, 20, 40, 45, 80,
+    90 %): 1, 1, 2 in [40, 50), 1 in [80, 90), 1 in [90, 100]. Unequal sizes keep the scatter."""
+    from fedbench.plots import client_spread_figure
+
+    best, last = [0.5, 0.2, 0.9, 0.05, 0.95, 0.5], [0.4, 0.2, 0.8, 0.05, 0.9, 0.45]
+    fig = client_spread_figure(best, 3, last, 5, [160] * 6)
+    right = fig.axes[1]
+    heights = [[r.get_height() for r in bars] for bars in right.containers]
+    assert heights == [[1, 0, 1, 0, 0, 2, 0, 0, 0, 2], [1, 0, 1, 0, 2, 0, 0, 0, 1, 1]]
+    assert (right.get_xlabel(), right.get_ylabel()) == ("personalized accuracy (%)", "clients")
+    assert "each has 160 training samples" in right.get_title() and not right.collections
+    unequal = client_spread_figure(best, 3, last, 5, [160, 150, 160, 160, 160, 160]).axes[1]
+    assert unequal.get_xlabel() == "training samples of the client" and len(unequal.collections) == 2

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -355,7 +356,13 @@ def test_a_sweep_stopped_by_ctrl_c_counts_the_jobs_that_never_started(tmp_path):
     out, err = p.communicate(timeout=300)
     assert p.returncode != 0
     assert "fedbench: sweep " + str(d) + ": 0 of 3 jobs complete, 2 not started" in out.splitlines()
-    assert "1 of 3 runs failed (1 preempted)" in err and "2 jobs never started: the same command runs them" in err
+    # issue #53: a stopped run is no failure, and its job number is read from its run dir (it was "?")
+    last = err.strip().splitlines()[-1]
+    stopped = next(x.name for x in d.iterdir() if x.name.endswith("seed=0"))
+    assert last.startswith(f"fedbench: 1 of 3 runs stopped by a signal ({stopped}): the same command resumes it; ")
+    assert "failed" not in last and "2 jobs never started: the same command runs them" in last
+    [row] = [ln for ln in out.splitlines() if "preempted" in ln]
+    assert row.split()[:2] == ["1", "seed=0"]
 
 
 def test_quote_dirs_quotes_a_dir_value_hydra_would_parse_as_syntax():
@@ -453,3 +460,43 @@ def test_bf16_without_bf16_hardware_says_so_in_the_header(tmp_path):
         said = "no bf16 hardware on this CPU (AMX, AVX512-BF16): bf16 autocast is slower than fp32 here" in header
         assert said == (precision == "bf16" and bf16_hardware(cpu) is False), header
         assert header.startswith(f"fedbench: device cpu, executor sequential, precision {precision}"), header
+
+
+def test_a_one_round_run_says_its_first_steps_estimate_for_its_one_round(tmp_path, monkeypatch):
+    """Issue #53 item 10: the estimate said "0:03:48 for 1 rounds" (the same time twice, a plural for one)."""
+    from fedbench.callbacks import FirstSteps
+
+    monkeypatch.setattr(FirstSteps, "AFTER_S", 0.0)
+    run_cfg(make_cfg("rounds=1", "local_epochs=2"), tmp_path / "run")
+    [line] = [ln for ln in (tmp_path / "run" / "run.log").read_text().splitlines() if "local client-steps" in ln]
+    assert re.search(r" local client-steps in \d+ s: about [\d.:s]+ for its one round \(local training only", line), (
+        line
+    )
+
+
+def test_the_header_names_the_model_given_says_w_and_b_is_offline_and_a_resume_once(tmp_path):
+    """Issue #53 item 10: `model=tiny_cnn` was shown as "model cnn" (its builder); an offline W&B run did not say so
+    (W&B's own line is silenced) nor how to upload it; a resumed run on the console said "resumed after round 1" and
+    "resuming <dir> after round 1" (stderr): once now."""
+    d = tmp_path / "run"
+    args = [*CLI, "model=tiny_cnn", "rounds=2", "clients=3", "checkpoint.every=1", "checkpoint.keep_complete=2"]
+    args += ["logger.wandb.mode=offline", "logger.pictures=false", "hardware.threads=1", f"hydra.run.dir={d}"]
+    first = subprocess.run(args, cwd=tmp_path, env=env(tmp_path), capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr[-3000:]
+    log = (d / "run.log").read_text().splitlines()
+    assert ", model tiny_cnn, seed 0," in log[1]
+    [offline] = [ln for ln in log if "W&B" in ln]
+    [synced] = list((d / "wandb").glob("offline-run-*"))
+    assert (
+        offline
+        == f"fedbench: W&B offline (logger.wandb.mode=offline); upload this run later with `wandb sync {synced}`"
+    )
+    assert offline in first.stdout.splitlines()
+    # the run crashed in round 2: its round-1 checkpoint is on disk (as tests/test_resume.py makes it)
+    fp = json.loads((d / "status.json").read_text())["config_fingerprint"]
+    (d / "summary.json").unlink()
+    (d / "status.json").write_text(json.dumps({"status": "running", "round": 1, "config_fingerprint": fp}))
+    again = subprocess.run(args, cwd=tmp_path, env=env(tmp_path), capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    said = [ln for ln in (again.stdout + again.stderr).splitlines() if "resum" in ln and "round 1" in ln]
+    assert said == ["fedbench: resumed after round 1"]
