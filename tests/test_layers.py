@@ -1,9 +1,11 @@
-"""No module of fedbench imports from a layer above its own (issue 22: no backward imports).
+"""No module of fedbench imports from a layer above its own (issue 22: no backward imports), and no two modules
+import each other, directly or round a longer circle (issue 55: each circle was a concept split across two files).
 
 The layers, bottom to top (a module may import its own layer and the layers below it):
 
   foundation   errors, checks (config value checks), seeding, preemption, hydra_cache (a parse cache for Hydra's
-               config files): import nothing of fedbench but each other
+               config files), confdir (where the configuration lives: conf/, --config-dir, the config groups):
+               import nothing of fedbench but each other
   files        files (atomic writes), plots (pictures): the algorithms' diagnostics write with them
   blocks       data (datasets, partitions), models (networks and their registry)
   engine       the local-training loop, optimizers, stacked models (engine/functional.py runs the models), the fp32
@@ -19,8 +21,10 @@ The layers, bottom to top (a module may import its own layer and the layers belo
   top          the package itself (registers config's resolvers), __main__ (python -m fedbench), cli, sweep, report,
                claims
 
-Every import counts: top-level, lazy (inside a function) and typing-only ones. Within a layer imports are free
-(the registries import their members, which import the registry). A module missing from the map fails the test.
+Every import counts: top-level, lazy (inside a function) and typing-only ones. Within a layer a module may import
+another of its layer, but never round a circle: no module imports one that (through others) imports it back — a
+registry lists its members rather than being imported by them (models/__init__.py), a package's __init__ is not
+imported by its own modules. A module missing from the map fails the test.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from conftest import REPO
 PACKAGE = REPO / "fedbench"
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [  # bottom to top; names under fedbench ("" = the package itself)
-    ("foundation", ("errors", "checks", "seeding", "preemption", "provenance", "hydra_cache")),
+    ("foundation", ("errors", "checks", "seeding", "preemption", "provenance", "hydra_cache", "confdir")),
     ("files", ("files", "plots")),
     ("blocks", ("data", "models")),
     ("engine", ("engine", "engine.agreement")),
@@ -112,6 +116,86 @@ def backward_imports() -> list[tuple[str, str, str]]:
                     )
                 )
     return found
+
+
+def graph() -> dict[str, dict[str, int]]:
+    """{importer: {imported module: first line}} over every import of every module (a module's import of itself, e.g.
+    a package's ``from . import x`` of its own name, aside)."""
+    out: dict[str, dict[str, int]] = {}
+    for module in MODULES:
+        edges = out.setdefault(module, {})
+        for line, target, _ in imports(module):
+            if target != module and target in MODULES:
+                edges[target] = min(line, edges.get(target, line))
+    return out
+
+
+def circles(edges: dict[str, set | dict]) -> list[list[str]]:
+    """The strongly connected components of more than one node (Tarjan's algorithm, iterative): the sets of modules
+    each of which imports (through the others) every other one. Sorted, each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+    for root in sorted(edges):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges.get(root, ()))))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return sorted(found)
+
+
+def test_no_modules_import_each_other():
+    """No circle in the import graph, lazy imports included: two files that need each other hold one concept split
+    in two (or one in the wrong file); each circle is printed with the lines that close it."""
+    g = graph()
+    bad = []
+    for circle in circles(g):
+        inside = set(circle)
+        arrows = [
+            f"  {MODULES[a].relative_to(REPO)}:{g[a][b]} imports {b}"
+            for a in circle
+            for b in sorted(g[a])
+            if b in inside
+        ]
+        bad.append(f"{', '.join(circle)}:\n" + "\n".join(arrows))
+    assert not bad, f"{len(bad)} import circles:\n" + "\n".join(bad)
+
+
+def test_the_circle_finder_finds_circles_of_any_length_and_only_them():
+    """a -> b -> c -> a is one circle, d <-> e another; f imports into a circle and g is imported by one, but neither
+    is in one; h imports itself, which is no circle of modules."""
+    edges = {"a": {"b"}, "b": {"c", "g"}, "c": {"a"}, "d": {"e"}, "e": {"d"}, "f": {"a", "d"}, "g": set(), "h": {"h"}}
+    assert circles(edges) == [["a", "b", "c"], ["d", "e"]]
+    assert circles({k: v for k, v in edges.items() if k != "c"} | {"c": set()}) == [["d", "e"]]
 
 
 def test_every_module_has_a_layer():
