@@ -465,7 +465,9 @@ def test_a_key_swept_over_several_methods_is_the_columns_one_table_per_metric(tm
     acc = {("fedavg", 0.1): [0.1, 0.3, 0.2], ("fedavg", 0.5): [0.1, 0.6, 0.5], ("fedprox", 0.1): [0.1, 0.4, 0.35]}
     acc[("fedprox", 0.5)] = [0.1, 0.8, 0.7]
     for (method, alpha), a in acc.items():
-        _swept(write_run(tmp_path / "sweep" / f"a{alpha}", method, 0, None, acc=a), "partition.alpha", alpha)
+        final = {"global/acc": {"best": max(a), "final": a[-1], "final_n": 1, "last": a[-1]}}  # (window 1)
+        d = write_run(tmp_path / "sweep" / f"a{alpha}", method, 0, None, acc=a, extra={"metrics": final})
+        _swept(d, "partition.alpha", alpha)
     done = report([tmp_path / "sweep"], out=tmp_path / "out", wandb="disabled")
     assert sorted(rep.table.stem for rep, _ in done) == [
         "runs_global_acc_best_by_partition.alpha",
@@ -480,6 +482,8 @@ def test_a_key_swept_over_several_methods_is_the_columns_one_table_per_metric(tm
     }
     final = _csv(tmp_path / "out" / "runs_global_acc_final_by_partition.alpha.csv")
     assert float(final[("fedprox", "alpha=0.1")]["ours_mean"]) == pytest.approx(35.0)
+    md = (tmp_path / "out" / "runs_global_acc_final_by_partition.alpha.md").read_text()
+    assert "| Method | alpha=0.1 | alpha=0.5 |" in md  # the columns are α's values, whatever the metric
     assert all(len(pics) == 2 and pics[1].name.endswith("_vs_alpha.png") for _, pics in done)  # curves, vs α
 
 

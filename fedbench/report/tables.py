@@ -681,7 +681,7 @@ class Report:
         out = [self.row_title()]
         for c in self.columns:
             words = window_words(self.members, self.table.metrics[c.metric]) if self.table.paper == "runs" else None
-            head = f"{c.header} ({words})" if words and c.metric == "Final" else c.header
+            head = f"{c.header} ({words})" if words and c.metric == "Final" and not self.table.cols else c.header
             out += [head] + (["paper", "Δ"] if self.has_paper(c) else [])
         return out
 
