@@ -683,25 +683,29 @@ def main() -> None:
 
 
 def estimate(args: list[str]) -> None:
-    """``fedbench --estimate [-m] <overrides>``: how long the command's runs take here, measured from the composed
-    config (fedbench/report/runtime.py: a few SGD steps of its model, no training); one line on stdout, exit 0."""
+    """``fedbench --estimate [-m] <overrides>``: how long the command's runs take here (fedbench/report/runtime.py: the
+    estimator every command uses, from the per-sample costs stored in conf/runtimes.yaml, no training): the total as
+    terms that multiply to it, one line per setting when several, what it assumes; stdout, exit 0."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from .report.runtime import estimate_line, estimate_overrides
+    from .report.runtime import costs_from, estimate_lines, estimate_overrides, stored_costs
 
     given = [a for a in args if ("=" in a or a.startswith("~")) and not a.startswith("-") and "hydra." not in a]
     GlobalHydra.instance().clear()
     try:  # e.g. the dataset is not where data_root points: one line, as for a run (the estimate builds the data)
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             got = estimate_overrides(
-                [*_searchpath(), *given], lambda o: compose("config", overrides=o, return_hydra_config=True), {}
+                [*_searchpath(), *given],
+                lambda o: compose("config", overrides=o, return_hydra_config=True),
+                stored_costs(CONF_DIR),
             )
     except ConfigError as e:
         fail(str(e))
     finally:
         GlobalHydra.instance().clear()
-    print(f"fedbench: {estimate_line(got)}")
+    for line in estimate_lines(got, costs_from(CONF_DIR)):
+        print(f"fedbench: {line}")
 
 
 def _main() -> None:

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from ..provenance import commit, machine  # noqa: F401  (re-exported: launches and records use them)
-from ..report.runtime import estimate_line, hours
+from ..report.runtime import ASSUMES, estimate_line, hours, left_line
 from .results import LAUNCHES, RunSet, sweep_dir
 from .spec import ClaimsError, PaperClaims
 
@@ -102,8 +102,7 @@ def run(
             got = estimate_runs(exp.args(), extra)
             left = len(runs) - done
             print(
-                f"{head}; the {left} to run: {hours(got['seconds'] * left / max(got['runs'], 1))} "
-                f"({estimate_line(got)})",
+                f"{head}; {left_line(got, left)} ({estimate_line(got)})",
                 file=sys.stderr,
                 flush=True,
             )
@@ -139,6 +138,8 @@ def run(
             flush=True,
         )
         worst = max(worst, code)
+    if estimate:
+        print(f"fedbench-claims: the estimate {ASSUMES}", file=sys.stderr)
     return worst
 
 
@@ -222,14 +223,16 @@ def estimate_runs(args: list[str], extra: list[str]) -> dict:
 
     from ..cli import CONF_DIR
     from ..hydra_cache import install
-    from ..report.runtime import estimate_overrides
+    from ..report.runtime import estimate_overrides, stored_costs
 
     given = [a for a in [*args, *extra] if "=" in a and not a.startswith(("hydra.", "logger"))]
     install()
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            return estimate_overrides(given, lambda o: compose("config", overrides=o, return_hydra_config=True), {})
+            return estimate_overrides(
+                given, lambda o: compose("config", overrides=o, return_hydra_config=True), stored_costs(CONF_DIR)
+            )
     finally:
         GlobalHydra.instance().clear()
 

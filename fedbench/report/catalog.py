@@ -86,9 +86,11 @@ def tables_markdown(entries: list[dict], times: dict | None = None) -> str:
         '("runs" = jobs of the sweep); the reduced command is the CPU-sized version stated in the config\'s header. '
         "Add `data_root=../shared/data` (or set `FEDBENCH_DATA`) for the real datasets, then "
         '`fedbench-report <sweep dir>` prints the table next to the paper\'s numbers (docs/report.md). "time" = '
-        "estimated on one thread of a 2-core CPU for the reduced command / the paper-scale command "
-        "(`conf/runtimes.yaml`, written by `fedbench-tables --estimate`; FedAvg-equivalent training and "
-        "evaluation only, so a lower bound; fedbench/report/runtime.py says how).",
+        "the estimate for the reduced command / the paper-scale command, the same as `fedbench --estimate` of the "
+        "command gives (`conf/runtimes.yaml`, written by `fedbench-tables --estimate`): one idle CPU thread, "
+        "FedAvg-equivalent training and evaluation only, so a lower bound — docs/estimates.md says how and gives its "
+        "measured error; where part of a table's runs could not be measured (its data was not here) it says how many "
+        "runs the time counts.",
         "",
         "**Best of grid.** Where a paper reports a baseline at its best value over a grid, the table's sweep runs the "
         "whole grid and the report shows each tuned method at the grid value with the best mean over seeds (of the "
@@ -122,10 +124,13 @@ def tables_markdown(entries: list[dict], times: dict | None = None) -> str:
 
 def time_text(t: dict | None) -> str:
     """``3.4 h / 210 h`` (reduced / paper scale) from the stored estimates; ``—`` where none is stored."""
-    from .runtime import hours
-
     t = t or {}
-    return " / ".join(hours(t[s]["seconds"]) if s in t else "—" for s in ("cpu", "paper"))
+
+    def one(e: dict) -> str:
+        part = f" ({e['runs']} of {e['all_runs']} runs: the rest not measured)" if e.get("not_measured") else ""
+        return hours(e["seconds"]) + part
+
+    return " / ".join(one(t[s]) if s in t else "—" for s in ("cpu", "paper"))
 
 
 def matches(entry: dict, words: list[str]) -> bool:
@@ -139,7 +144,7 @@ def list_tables(argv=None) -> int:
     from rich.text import Text
 
     from ..cli import CONF_DIR
-    from .runtime import load, write_estimates
+    from .runtime import ASSUMES, brief, load, write_estimates
 
     ap = argparse.ArgumentParser(
         prog="fedbench-tables",
@@ -194,22 +199,22 @@ def list_tables(argv=None) -> int:
             console.print(
                 Text("  paper scale:  ", style="dim")
                 + Text(e["command"])
-                + Text(f"   ~{hours(t['paper']['seconds'])} here" if "paper" in t else "", style="dim"),
+                + Text(f"   {brief(t['paper'])}" if "paper" in t else "", style="dim"),
                 soft_wrap=True,
             )
             if e["reduced"]:
                 console.print(
                     Text("  reduced CPU:  ", style="dim")
                     + Text(e["reduced"])
-                    + Text(f"   ~{hours(t['cpu']['seconds'])} here" if "cpu" in t else "", style="dim"),
+                    + Text(f"   {brief(t['cpu'])}" if "cpu" in t else "", style="dim"),
                     soft_wrap=True,
                 )
                 if e["note"]:
                     console.print(Text(f"                ({e['note']})", style="dim"), soft_wrap=True)
     console.print(
         Text(
-            "times: estimated on one thread of this project's 2-core CPU, lower bounds (conf/runtimes.yaml, "
-            "fedbench-tables --estimate)",
+            f"times: fedbench/report/runtime.py's estimate, the same as `fedbench --estimate` of the command gives "
+            f"(stored in conf/runtimes.yaml by fedbench-tables --estimate); it {ASSUMES}",
             style="dim",
         ),
         soft_wrap=True,
