@@ -183,6 +183,7 @@ def test_the_claims_files_are_the_five_papers():
     assert papers() == PAPERS
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("paper", PAPERS)  # one test each: FedKA's alone takes ~25 s
 def test_every_claims_file_loads_composes_and_holds_on_its_paper_numbers(paper):
     """Five papers, 5-16 claims each, every scale's experiments compose (Hydra's compose API) and validate, every name

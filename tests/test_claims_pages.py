@@ -42,6 +42,7 @@ def _rebuilt(paper: str, out: Path, argv: list[str], capsys) -> None:
     assert rebuilt == sorted(p.name for p in (committed / paper).glob("*.png"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("paper", papers())
 def test_committed_page_rebuilds_from_records(paper, tmp_path, monkeypatch, capsys):
     """`fedbench-claims report <paper>` on a fresh clone (issue #53: it used to drop the scales without complete runs,
@@ -52,6 +53,7 @@ def test_committed_page_rebuilds_from_records(paper, tmp_path, monkeypatch, caps
     _rebuilt(paper, tmp_path / "pages", [paper], capsys)
 
 
+@pytest.mark.slow
 def test_a_page_rebuilt_for_one_scale_keeps_its_others(tmp_path, monkeypatch, capsys):
     """README's `fedbench-claims report fedcom --scale cpu`: the page keeps the scales it shows (their evidence is the
     committed records) — byte for byte the committed page, not a cpu-only page nor a refusal."""
@@ -65,6 +67,7 @@ def _readme_table(text: str) -> str:
     return text[text.index(start) + len(start) : text.index("<!-- /claims-summary -->")]
 
 
+@pytest.mark.slow
 def test_readme_table_is_the_pages_summary():
     """README's verdict table is `fedbench-claims summary` of the committed pages (regenerate: see its comment)."""
     from conftest import REPO
@@ -77,6 +80,7 @@ def test_readme_table_is_the_pages_summary():
     )
 
 
+@pytest.mark.slow
 def test_docs_runs_saved_table_is_the_records():
     """docs/claims.md's table of the runs the two looks save is `python -m fedbench.claims.looks` on the committed
     records (regenerate: replace the lines between its runs-saved markers with that command's output)."""
@@ -94,6 +98,7 @@ def test_docs_runs_saved_table_is_the_records():
     )
 
 
+@pytest.mark.slow
 def test_readme_and_pages_count_runs_alike_and_say_not_at_this_scale_alike():
     """Issue #53: README's "runs complete" (summed over claims, 44/45) and the page's (a shared run once, 29/30) looked
     like one quantity; now README's is the page's, scale by scale. And a claim without a setting at a scale reads "not

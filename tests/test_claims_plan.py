@@ -172,6 +172,7 @@ def test_order_is_verdicts_per_gpu_minute_within_a_tier_with_shared_runs_counted
     assert [p.claim for p in by_cost] != [p.claim for p in order]
 
 
+@pytest.mark.slow
 def test_seeds_after_the_first_look_are_conditional_and_dropped_when_it_decides(fedcom_plan):
     plans = {p.claim: p for p in _plan(fedcom_plan)}
     conditional = {r.seed for p in plans.values() for r in p.runs if r.look == 2}
@@ -296,6 +297,7 @@ def _readme_block(text: str) -> str:
     return text[text.index(start) + len(start) : text.index("<!-- /paper-plan -->")]
 
 
+@pytest.mark.slow
 def test_readme_plan_is_the_commands_output():
     from fedbench.claims import committed_records
     from fedbench.claims.spec import papers
@@ -319,6 +321,7 @@ def test_update_rewrites_one_section_and_keeps_the_header_and_the_others(tmp_pat
     assert gpu_figures(tmp_path)["f"]["train_s"] == 1.5
 
 
+@pytest.mark.slow
 def test_page_note_is_the_papers_plan_in_order():
     from fedbench.claims import committed_records
     from fedbench.claims.plan import page_note, total_line
@@ -341,6 +344,7 @@ def _fedka(tmp_path):
     return load_file(path)
 
 
+@pytest.mark.slow
 def test_a_tuned_row_runs_one_grid_value_at_the_judged_seeds(tmp_path):
     """FedKA's β is chosen on the tune seeds: at the judged seeds only FedAvg and the chosen β run — the grid's first
     value standing for it while the tune seeds are not in, the chosen one once they are."""

@@ -337,6 +337,7 @@ def holds_rate(op: str, bound: float, mu: float, sd: float, rng, tolerance: floa
     return rate(evaluate(parse(text), data, [None], SEEDS, tolerance).verdict, HOLDS)
 
 
+@pytest.mark.slow
 def test_error_rates_under_no_effect_with_the_pages_sds():
     """With no true difference and the pages' sds, judged in two looks: false "holds" and false "fails" each ≤ 5 %
     (+3 Monte-Carlo se) for one comparison, a list, a chain, a comparison at 3 swept values and a trend. One comparison
@@ -398,6 +399,7 @@ def test_error_rates_under_no_effect_with_the_pages_sds():
     )
 
 
+@pytest.mark.slow
 def test_the_printed_power_and_detectable_effect_agree_with_simulation():
     """For every claim's test with a paper gap (the paper's numbers through the rule) at the pages' sds: the power the
     page prints (Test.power: the chance the two-look rule says "holds" when the paper's effect is true) and the minimum

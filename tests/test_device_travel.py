@@ -227,6 +227,7 @@ def test_the_travelling_tree_is_measured_and_an_over_full_store_refused(tmp_path
     assert over and "(the largest: smoke-fedka-aaaaaaaaaaaa.tar.gz 3.0 MiB, smoke-fedka-bbbb" in line, line
 
 
+@pytest.mark.slow
 def test_from_plan_makes_the_plans_first_look_runs_in_its_order(tmp_path):
     """`device_claims --from-plan`: the jobs are the runs `fedbench-claims plan` plans for the first look, in its
     order (FedKA's tune seeds 5-7 before the judged seeds, only the tuned row's chosen value there), not every run the

@@ -140,6 +140,7 @@ def _listed(name: str, capsys, monkeypatch) -> str:
     return re.search(r"paper scale:.*?~(.+?) here", out).group(1)
 
 
+@pytest.mark.slow
 def test_fedbench_and_fedbench_tables_give_the_same_figure_for_the_same_table(tmp_path, capsys, monkeypatch):
     """The smoke table (embedded data): ``fedbench --estimate -m +experiment=smoke`` and ``fedbench-tables smoke``
     print the same total; with the data here, also FedReMa Table 1 (the issue's 2,306 h against ~1,865 h: the old
@@ -176,6 +177,7 @@ def _script():
     return mod
 
 
+@pytest.mark.slow
 def test_the_docs_error_table_is_what_the_records_give():
     """docs/estimates.md's measured-error table is scripts/estimate_error.py's output: the estimate of each CPU
     setting of the committed records (stored in conf/runtimes.yaml's ``checked``) against the seconds its runs spent
