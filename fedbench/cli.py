@@ -23,24 +23,12 @@ from hydra.core.override_parser.types import ValueType
 from omegaconf import DictConfig, OmegaConf
 
 from . import hydra_cache
+from .confdir import CONF_DIR, CONFIG_DIRS, GROUPS, options  # noqa: F401  (re-exported: fedbench.cli's public names)
 from .config import dirname
 from .distributed import is_follower
 from .errors import ConfigError, Diverged, RunDirBusy, RunFailed
 from .preemption import Preempted, hand_over
 from .sweep import SWEEP_FAILED, journal, lost_jobs
-
-CONF_DIR = Path(os.environ.get("FEDBENCH_CONF", Path(__file__).resolve().parent.parent / "conf"))
-GROUPS = ("algorithm", "dataset", "partition", "model", "hardware", "logger", "experiment")
-
-
-CONFIG_DIRS: list[Path] = []  # --config-dir: more config groups, searched with conf/ (set by main)
-
-
-def options(group: str) -> list[str]:
-    """Options of a config group: yaml files under conf/<group>/ (and <--config-dir>/<group>/), nested paths
-    included."""
-    roots = [d / group for d in (CONF_DIR, *CONFIG_DIRS) if (d / group).is_dir()]
-    return sorted({str(p.relative_to(root).with_suffix("")) for root in roots for p in root.rglob("*.yaml")})
 
 
 def _searchpath() -> list[str]:

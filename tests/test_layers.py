@@ -18,8 +18,9 @@ The layers, bottom to top (a module may import its own layer and the layers belo
   monitors     evaluation, similarity, newclients, console, loggers: they run algorithms and report on them
   config       the run config's checks and the registry checks (imports the registries)
   run          build, run, callbacks, checkpoint, rundir: a run put together from its config, its dir's lifecycle
-  top          the package itself (registers config's resolvers), __main__ (python -m fedbench), cli, sweep, report,
-               claims
+  report       fedbench-report, fedbench-tables: tables and figures from run dirs, runtime estimates
+  claims       fedbench-claims: the papers' claims run and judged (reads runs with report's readers)
+  top          the package itself (registers config's resolvers), __main__ (python -m fedbench), cli, sweep
 
 Every import counts: top-level, lazy (inside a function) and typing-only ones. Within a layer a module may import
 another of its layer, but never round a circle: no module imports one that (through others) imports it back — a
@@ -50,7 +51,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [  # bottom to top; names under fedb
     ("monitors", ("evaluation", "similarity", "newclients", "console", "loggers")),
     ("config", ("config",)),
     ("run", ("build", "run", "callbacks", "checkpoint", "rundir")),
-    ("top", ("", "__main__", "cli", "sweep", "report", "claims")),
+    ("report", ("report",)),
+    ("claims", ("claims",)),
+    ("top", ("", "__main__", "cli", "sweep")),
 ]
 
 # Backward imports that another change of issue 22 removes: (importer, imported) -> why it is still here. An entry

@@ -32,7 +32,7 @@ def neutral_keys() -> list[str]:
     """The overrides that leave a run's results and run dir alone (conf/config.yaml's override_dirname exclude_keys)."""
     import yaml
 
-    from ..cli import CONF_DIR
+    from ..confdir import CONF_DIR
 
     node = yaml.safe_load((CONF_DIR / "config.yaml").read_text())
     return list(node["hydra"]["job"]["config"]["override_dirname"]["exclude_keys"])
@@ -221,7 +221,7 @@ def estimate_runs(args: list[str], extra: list[str]) -> dict:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from ..cli import CONF_DIR
+    from ..confdir import CONF_DIR
     from ..hydra_cache import install
     from ..report.runtime import estimate_overrides, stored_costs
 

@@ -31,7 +31,7 @@ def experiment_tables(conf_dir: Path | None = None) -> list[dict]:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     if conf_dir is None:
-        from ..cli import CONF_DIR as conf_dir
+        from ..confdir import CONF_DIR as conf_dir
     root = Path(conf_dir) / "experiment"
     out = []
     for f in sorted(root.rglob("*.yaml"), key=lambda p: _natural(str(p.relative_to(root)))):
@@ -143,7 +143,7 @@ def list_tables(argv=None) -> int:
     from rich.console import Console
     from rich.text import Text
 
-    from ..cli import CONF_DIR
+    from ..confdir import CONF_DIR
     from .runtime import ASSUMES, brief, load, write_estimates
 
     ap = argparse.ArgumentParser(
