@@ -39,7 +39,7 @@ test: lint   ## the linter, then the whole test suite
 	$(BIN)/python -m pytest -q -n 2 --durations=15   # two workers: the suite takes about half the time on 2 cores; the slowest 15 listed
 
 test-fast: lint   ## the linter, then the unit tests alone: no subprocess, run or compile (tests/conftest.py), for each edit
-	FEDBENCH_TEST_FAST=1 $(BIN)/python -m pytest -q -n 2 -m "not slow" --durations=10
+	FEDBENCH_TEST_FAST=1 $(BIN)/python -m pytest -q -n 2 -m "not slow" -rfE --durations=10   # -rfE: no list of the skipped
 
 lint: setup   ## ruff: lint and format check (line length 120, pyproject.toml)
 	$(BIN)/ruff check fedbench hydra_plugins tests scripts

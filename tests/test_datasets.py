@@ -319,6 +319,7 @@ def test_real_mnist(data_root, cache_dir):
 
 
 @pytest.mark.data
+@pytest.mark.slow
 def test_real_cifar10_imagefolder(data_root, cache_dir):
     need(data_root / "cifar10" / "train")
     d = load_dataset(make_cfg("cifar10", data_root=data_root), cache_dir)
