@@ -219,3 +219,26 @@ def test_the_checked_estimates_are_the_estimators_and_the_measured_times_the_rec
     [row] = [x for x in checked_rows(one, stored) if f"{x['setting']} @ {x['machine']}" == want[0]]
     assert row["runs"] == len(one) and row["measured"] == pytest.approx(statistics.median(per_run), rel=1e-3)
     assert row["ratio"] == pytest.approx(row["measured"] / stored[want[0]], rel=1e-2)
+
+
+def test_the_plans_cpu_figure_is_the_claims_runs_estimate(shared_data):
+    """The paper-scale plan's CPU figure of an experiment (conf/runtimes.yaml ``claims``, stored by ``fedbench-claims
+    plan --measure``) is what ``fedbench-claims run --estimate`` computes for it (FedCOM's table1 at paper scale)."""
+    from fedbench.claims.runner import estimate_runs
+    from fedbench.claims.spec import load as load_claims
+    from fedbench.report.runtime import claims_estimates, stored_form
+
+    exp = load_claims("fedcom").experiments["table1"]["paper"]
+    got = stored_form(estimate_runs(exp.args(), [f"data_root={shared_data}"]))
+    assert claims_estimates(CONF)["fedcom"]["paper"]["table1"] == {k: v for k, v in got.items() if k != "not_measured"}
+
+
+def test_stored_claims_estimates_keep_no_breakdown(tmp_path):
+    """``update(conf, "claims", ...)`` keeps an estimate's runs, rounds and seconds, not its per-setting lines or the
+    cost keys measured while it ran (the plan reads the former; the latter are for the printout)."""
+    from fedbench.report.runtime import claims_estimates, update
+
+    est = {"runs": 2, "all_runs": 2, "rounds": 3, "s_per_round": 1.5, "seconds": 9.0}
+    extra = {"settings": [{"setting": "all runs", "runs": 2}], "measured_now": ["mlp/1@1x8x8,10 classes,B=32"]}
+    update(tmp_path, "claims", {"fedcom": {"paper": {"table1": {**est, **extra}}}})
+    assert claims_estimates(tmp_path) == {"fedcom": {"paper": {"table1": est}}}

@@ -110,7 +110,10 @@ def gpu_scaled(figure: dict, cpu_per_round: float, figure_cpu_per_round: float) 
 
 
 def update(conf_dir: Path, section: str, value) -> Path:
-    """Rewrite one top-level section of conf/runtimes.yaml, keeping the others and the file's header."""
+    """Rewrite one top-level section of conf/runtimes.yaml, keeping the others and the file's header. The claims
+    estimates (``fedbench-claims plan --measure``) are kept in :func:`stored_form`, as the tables' are."""
+    if section == "claims":
+        value = {p: {s: {e: stored_form(v) for e, v in es.items()} for s, es in ss.items()} for p, ss in value.items()}
     path = runtimes_file(conf_dir)
     text = path.read_text() if path.exists() else ""
     head = []
