@@ -604,7 +604,7 @@ def sweep_dir(args: list[str]) -> str:
         for a in args
         if "=" in a and not a.startswith("-") and not a.lstrip("+~").startswith(NEUTRAL_PREFIXES)
     ]
-    return f"outputs/multirun/{dirname(','.join(parts))}"
+    return f"outputs/multirun/{dirname(','.join(parts), 'outputs/multirun')}"  # (an older cut name kept)
 
 
 def complete_experiment(args: list[str]) -> bool:

@@ -61,3 +61,16 @@ def test_a_run_made_under_the_old_cut_name_keeps_it(tmp_path, monkeypatch):
     assert _dirs(LONG, str(tmp_path / "sweep")) == (f"outputs/runs/{old}", old)
     (tmp_path / "sweep" / new).mkdir()  # once the new name exists it is the run's
     assert _dirs(LONG, str(tmp_path / "sweep"))[1] == new
+
+
+def test_a_long_sweeps_own_dir_is_cut_between_keys_and_an_old_one_kept(tmp_path, monkeypatch):
+    """The multirun dir the `fedbench` command names after its command line (cli.sweep_dir) follows the same rule,
+    and a sweep launched before it under the old cut name is found again (its complete jobs skipped)."""
+    from fedbench.cli import sweep_dir
+
+    monkeypatch.chdir(tmp_path)
+    text = ",".join(LONG)
+    old, new = f"{text[:100]}-{_digest(text)}", dirname(text)
+    assert sweep_dir(["-m", *LONG]) == f"outputs/multirun/{new}"
+    (tmp_path / "outputs" / "multirun" / old).mkdir(parents=True)
+    assert sweep_dir(["-m", *LONG]) == f"outputs/multirun/{old}"
