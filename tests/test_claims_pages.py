@@ -120,4 +120,4 @@ def test_readme_and_pages_count_runs_alike_and_say_not_at_this_scale_alike():
     fedka = (committed / "fedka.md").read_text()
     by_scale = next(r for r in fedka.splitlines() if r.startswith("| beats_fedavg | "))
     claims_row = next(r for r in fedka.splitlines() if r.startswith("| **beats_fedavg**") and "| medium |" in r)
-    assert "not at this scale" in by_scale and "| not at this scale |" in claims_row  # medium: no setting
+    assert "not at this scale" in by_scale and "| **not at this scale** |" in claims_row  # medium: no setting

@@ -212,17 +212,20 @@ def plan_paper(
     conf: Path | None = None,
     runs_root: Path | None = None,
     outcomes: dict | None = None,
+    chances: dict | None = None,
 ) -> list[ClaimPlan]:
     """The plan of one paper at ``scale``, in its order. ``records``: the committed records (runs with an outcome
     there are not planned); ``runs_root``: also the run dirs under it (default: the records only, so the plan is the
-    repository's); ``outcomes``: {claim id: Outcome} instead of the verdicts the records give (tests)."""
+    repository's); ``outcomes``: {claim id: Outcome} instead of the verdicts the records give (tests); ``chances``:
+    {claim id: (chance to hold, scale)} instead of the page CSV's (:func:`hold_chances`; a page being rendered passes
+    its own, so that it never depends on its previous CSV)."""
     if scale not in pc.scales:
         raise ClaimsError(f"--scale {scale!r} — {pc.paper} has the scales {', '.join(pc.scales)}")
     conf = Path(conf) if conf else conf_dir()
     runset = RunSet(pc, scale, runs_root or Path("."), found=None if runs_root else [], records=records)
     figures, settings, est_all = gpu_figures(conf), plan_settings(conf), claims_estimates(conf)
     needed = {e.name for e in pc.needed(scale)}
-    chances = hold_chances(pc.paper, records)
+    chances = hold_chances(pc.paper, records) if chances is None else chances
     plans = []
     for claim in pc.claims:
         exp = pc.experiment(claim, scale)
@@ -273,9 +276,14 @@ def hold_chances(paper: str, records: Path | None) -> dict:
     found: dict = {}
     with path.open() as f:
         for row in csv.DictReader(f):
-            if row.get("hold_chance") and row["scale"] in HOLD_FROM:
+            if row.get("hold_chance"):
                 found.setdefault(row["claim"], {})[row["scale"]] = float(row["hold_chance"])
-    return {c: next((v[s], s) for s in HOLD_FROM if s in v) for c, v in found.items()}
+    return first_chance(found)
+
+
+def first_chance(found: dict) -> dict:
+    """{claim: {scale: chance}} -> {claim: (chance, scale)} at the first scale of :data:`HOLD_FROM` that has one."""
+    return {c: next((v[s], s) for s in HOLD_FROM if s in v) for c, v in found.items() if set(v) & set(HOLD_FROM)}
 
 
 def tuned_runs(claim, exp, runs: list, choices: dict) -> dict:
@@ -605,12 +613,12 @@ def markdown(plans_by_paper: dict, scale: str, conf: Path | None = None) -> str:
     return "\n".join(md) + "\n"
 
 
-def page_note(paper: str, scale: str = "paper", records: Path | None = None) -> str:
+def page_note(paper: str, scale: str = "paper", records: Path | None = None, chances: dict | None = None) -> str:
     """A paper's plan note (Markdown) for its results page: the total line and its claims in the plan's order."""
     from .records import committed_records
     from .spec import load
 
-    plans = plan_paper(load(paper), scale, records or committed_records(paper))
+    plans = plan_paper(load(paper), scale, records or committed_records(paper), chances=chances)
     md = [total_line(totals(plans), scale) + " (`fedbench-claims plan " + paper + f" --scale {scale}`):", ""]
     md += ["| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
     md += ["| " + " | ".join(row) + " |" for row in claim_rows(plans)]

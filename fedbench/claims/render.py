@@ -14,7 +14,7 @@ import numpy as np
 
 from ..report.tables import fmt, path_words
 from .looks import DRAWS, MOST_SEEDS, hold_chance, seeds_to_hold
-from .plan import page_note
+from .plan import HOLD_FROM, first_chance, page_note
 from .predicates import (
     ALPHA,
     ALPHAS,
@@ -624,8 +624,13 @@ def to_markdown(
         "",
     ]
     md += ["## How these numbers were made", ""]
+    found: dict = {}  # the plan note's chances to hold: this page's own (never its previous CSV's)
+    for res in results:
+        if (h := hold(res)) is not None and res.scale in HOLD_FROM:
+            found.setdefault(res.claim.id, {})[res.scale] = h["chance"]
+    chances = first_chance(found)
     for scale in scales:
-        md += _provenance(pc, scale, runs_root, commands.get(scale, {}), records)
+        md += _provenance(pc, scale, runs_root, commands.get(scale, {}), records, chances)
     md += ["## Details", ""]
     for res in results:
         md += _details(res, pictures.get((res.claim.id, res.scale)), pictures.get((res.claim.id, res.scale, "gap")))
@@ -739,8 +744,10 @@ def _pilot_line(res: ClaimResult) -> str:
     )
 
 
-def _provenance(pc: PaperClaims, scale: str, runs_root: Path, commands: dict, records: Path | None = None) -> list[str]:
-    md = _provenance_lines(pc, scale, runs_root, commands, records)
+def _provenance(
+    pc: PaperClaims, scale: str, runs_root: Path, commands: dict, records: Path | None = None, chances=None
+) -> list[str]:
+    md = _provenance_lines(pc, scale, runs_root, commands, records, chances)
     if runs_root.is_absolute():
         md.insert(-1, "* `<runs>` = the `--runs` directory the runs were made in (default `outputs/claims`).")
     return [_shown(line, runs_root) for line in md]
@@ -777,7 +784,7 @@ def _from_records(recs: list[dict], path: Path) -> list[str]:
 
 
 def _provenance_lines(
-    pc: PaperClaims, scale: str, runs_root: Path, commands: dict, records: Path | None = None
+    pc: PaperClaims, scale: str, runs_root: Path, commands: dict, records: Path | None = None, chances=None
 ) -> list[str]:
     s = pc.scales.get(scale)
     recorded = _recorded(records, scale)
@@ -786,7 +793,7 @@ def _provenance_lines(
     if s and s.note:
         md += [s.note, ""]
     if scale == "paper":  # the GPU work this scale still needs, in the order it pays (fedbench/claims/plan.py)
-        md += ["**The work left**: " + page_note(pc.paper, scale, records), ""]
+        md += ["**The work left**: " + page_note(pc.paper, scale, records, chances), ""]
     md += [
         f"* Commands: `{commands.get('run', f'fedbench-claims run {pc.paper} --scale {scale}')}` then "
         f"`{commands.get('report', f'fedbench-claims report {pc.paper} --scale {scale}')}`."
