@@ -120,6 +120,7 @@ def test_round_snapshots_are_private_host_copies(tmp_path):
 
     class _Loggers:
         wandb_id = None
+        jsonl_lines = None  # no metrics.jsonl sink (the checkpoint carries its rows where there is one)
 
     run.loggers = _Loggers()
     snap = run.checkpointer.snapshot(0)["state"]["algorithm"]
