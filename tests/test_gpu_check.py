@@ -258,7 +258,10 @@ def test_device_claims_plans_each_run_once_seed_by_seed_and_refuses_a_bad_item(t
     assert all(f"hydra.sweep.dir={tmp_path / 'smoke' / j[0]}" in j[3] for j in jobs)
     script = [sys.executable, str(SCRIPTS / "device_claims.py"), "--scale", "smoke", "--out", str(tmp_path / "o")]
     for bad, says in [
-        (["fedka:table9"], "fedka:table9: 'table9' is not an experiment of fedka at smoke (tuned, alpha, table1)"),
+        (
+            ["fedka:table9"],
+            "fedka:table9: 'table9' is not an experiment of fedka at smoke (tuned, alpha, table1, sampling)",
+        ),
         (["fedka:table1", "--seeds", "7"], "--seeds [7] — fedka smoke table1 runs seeds [0, 1]"),
         (["fedka:table1", "--budget", "5", "lr=0.5"], "override 'lr=0.5' would change the runs"),  # after an option
     ]:

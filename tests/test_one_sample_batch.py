@@ -21,8 +21,15 @@ SETTING = ("rounds=1", "local_epochs=1", "drop_last=false", "checkpoint.final_mo
 
 
 def _cfg(algorithm: str, *extra: str):
+    few = ["algorithm.clusters=3"] if algorithm.startswith("ifca") else []  # at most one cluster per client (#54)
     return make_cfg(
-        f"algorithm={algorithm}", "model=tiny_cnn", "clients=3", *golden.EXTRA.get(algorithm, []), *SETTING, *extra
+        f"algorithm={algorithm}",
+        "model=tiny_cnn",
+        "clients=3",
+        *golden.EXTRA.get(algorithm, []),
+        *few,
+        *SETTING,
+        *extra,
     )
 
 
