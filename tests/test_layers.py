@@ -50,10 +50,10 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [  # bottom to top; names under fedb
     ("algorithms", ("algorithms",)),
     ("monitors", ("evaluation", "similarity", "newclients", "console", "loggers")),
     ("config", ("config",)),
-    ("run", ("build", "run", "callbacks", "checkpoint", "rundir")),
+    ("run", ("build", "run", "callbacks", "checkpoint", "rundir", "runlock")),
     ("report", ("report",)),
     ("claims", ("claims",)),
-    ("top", ("", "__main__", "cli", "sweep")),
+    ("top", ("", "__main__", "cli", "overrides", "sweep")),
 ]
 
 # Backward imports that another change of issue 22 removes: (importer, imported) -> why it is still here. An entry
