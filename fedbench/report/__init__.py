@@ -20,22 +20,11 @@ from pathlib import Path
 
 from .catalog import PAPERS, experiment_tables, list_tables, tables_markdown
 from .figures import curve_metrics, plot_comm, plot_curves, plot_vs_keys
+from .grouping import DERIVED, Table, comm_tables, default_table, group_tables, pooled_keys, swept_tables
 from .render import CSV_FIELDS, log_wandb, print_rich, to_csv, to_markdown, wandb_mode
 from .runs import NOT_RUN_DIRS, RunRecord, canon, collect, expected_jobs, load_run, neutral_keys
-from .tables import (
-    DERIVED,
-    Cell,
-    Column,
-    Report,
-    Table,
-    comm_tables,
-    decimals,
-    default_table,
-    fmt,
-    group_tables,
-    pooled_keys,
-    swept_tables,
-)
+from .tables import Cell, Column, Report
+from .words import decimals, fmt
 
 __all__ = [
     "CSV_FIELDS",
@@ -93,7 +82,7 @@ def report(
     """Every table found in ``dirs``: printed (``fmt``: a rich table, or the Markdown file's text), written to ``out``
     (default ``<first dir>/report``), plotted, logged. Runs without a table node that would share a cell while they
     differ in a config key (a swept hyperparameter, another dataset, ...) get that key as the table's rows or columns
-    (:func:`~.tables.swept_tables`); those that differ in more keys than two axes hold are refused (ValueError) unless
+    (:func:`~.grouping.swept_tables`); those that differ in more keys than two axes hold are refused (ValueError) unless
     ``split`` names a key to make one table per value of, or ``pool`` averages them anyway (with a warning).
     ``spread``: their tables also show the spread of the per-client accuracies (worst 10 %, 10th/50th/90th percentile,
     final). ``comm``: "MB to <comm> % accuracy" and "MB total" columns and a picture of accuracy against MB

@@ -12,8 +12,10 @@ from textwrap import fill
 
 import numpy as np
 
+from .grouping import DERIVED, Table
 from .runs import _number, canon
-from .tables import DERIVED, Report, Table, _is_num, _slug, metric_words
+from .tables import Report, _is_num
+from .words import _slug, metric_words
 
 # how a config key or a metric is written on a picture (anything else: as it is, "/" and "_" as spaces)
 SYMBOLS = {
