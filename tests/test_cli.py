@@ -364,7 +364,7 @@ def test_a_glob_sweep_is_checked_over_the_options_it_matches(capsys):
     the options it matches, as Hydra's sweep does."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from fedbench.cli import _values, precheck
+    from fedbench.overrides import _values, precheck
 
     (o,) = OverridesParser.create().parse_overrides(["algorithm=glob([fedavg_l*,fedpro*],exclude=fedproto)"])
     assert _values(o) == ["fedavg_lws", "fedprox", "fedprox_rema"]
