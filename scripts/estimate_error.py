@@ -9,8 +9,8 @@ against the time its runs spent in their rounds.
 The estimate is fedbench/report/runtime.py's (``fedbench --estimate``, ``fedbench-tables``, ``fedbench-claims run
 --estimate``, the paper-scale plan's CPU figures), from the per-sample costs stored in conf/runtimes.yaml; the
 measurement is each run's own ``time/round`` + ``time/eval`` in docs/results/<paper>/runs.jsonl
-(:func:`fedbench.report.runtime.checked_rows` says which runs). tests/test_estimate.py checks that the docs' table is
-this script's output.
+(:func:`fedbench.report.estimate_check.checked_rows` says which runs). tests/test_estimate.py checks that the docs'
+table is this script's output.
 """
 
 from __future__ import annotations
@@ -41,12 +41,13 @@ def data_root() -> str:
 
 
 def estimates(root: str | None = None) -> dict:
-    """The estimate of each checked setting, measured now (:func:`fedbench.report.runtime.checked_estimates`, from
-    the stored per-sample costs; one that conf/runtimes.yaml lacks is measured here and stored with them)."""
+    """The estimate of each checked setting, measured now (:func:`fedbench.report.estimate_check.checked_estimates`,
+    from the stored per-sample costs; one that conf/runtimes.yaml lacks is measured here and stored with them)."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from fedbench.report.runtime import checked_estimates, cost_name, stored_costs, update
+    from fedbench.report.estimate_check import checked_estimates
+    from fedbench.report.stored_runtimes import cost_name, stored_costs, update
 
     conf = REPO / "conf"
     costs = stored_costs(conf)
@@ -71,7 +72,7 @@ def table(stored: dict | None = None) -> str:
     records' measured times."""
     import yaml
 
-    from fedbench.report.runtime import checked_rows, error_table
+    from fedbench.report.estimate_check import checked_rows, error_table
 
     if stored is None:
         stored = (yaml.safe_load((REPO / "conf" / "runtimes.yaml").read_text()) or {}).get("checked") or {}
@@ -88,7 +89,7 @@ def main(argv=None) -> int:
     ap.add_argument("--write", action="store_true", help="put the table into docs/estimates.md")
     args = ap.parse_args(argv)
     if args.write:
-        from fedbench.report.runtime import update
+        from fedbench.report.stored_runtimes import update
 
         update(REPO / "conf", "checked", estimates())
     got = table()

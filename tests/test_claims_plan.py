@@ -273,7 +273,7 @@ def test_report_figures_read_gpu_checks_section_4():
 def test_the_stored_gpu_figures_are_what_the_report_and_records_give():
     from fedbench.claims import committed_records
     from fedbench.claims.plan import gpu_figures_now
-    from fedbench.report.runtime import gpu_figures
+    from fedbench.report.stored_runtimes import gpu_figures
 
     assert gpu_figures(REPO / "conf") == gpu_figures_now(committed_records), (
         "conf/runtimes.yaml's gpu figures are not what gpu_check's report and the records give: "
@@ -311,7 +311,7 @@ def test_readme_plan_is_the_commands_output():
 
 
 def test_update_rewrites_one_section_and_keeps_the_header_and_the_others(tmp_path):
-    from fedbench.report.runtime import gpu_figures, load, update
+    from fedbench.report.stored_runtimes import gpu_figures, load, update
 
     (tmp_path / "runtimes.yaml").write_text("# a header\n# two lines\ntables:\n  t: {paper: {runs: 3}}\n")
     update(tmp_path, "gpu", {"figures": {"f": _fig("e", "fedavg", 1.5, 0.25)}})

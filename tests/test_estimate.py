@@ -87,7 +87,8 @@ def test_what_it_could_not_measure_is_named_with_its_share_of_the_runs(tmp_path)
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from fedbench.report.runtime import estimate_line, estimate_overrides, stored_costs
+    from fedbench.report.runtime import estimate_line, estimate_overrides
+    from fedbench.report.stored_runtimes import stored_costs
 
     costs = stored_costs(CONF)  # one set for both estimates (a cost not stored is measured once)
     GlobalHydra.instance().clear()
@@ -119,7 +120,7 @@ def test_two_models_of_one_name_have_their_own_per_sample_cost():
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from fedbench.report.runtime import cost_key
+    from fedbench.report.job_cost import cost_key
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
@@ -159,7 +160,7 @@ def test_fedbench_and_fedbench_tables_give_the_same_figure_for_the_same_table(tm
 def test_the_stored_table_estimates_are_the_estimators():
     """conf/runtimes.yaml's table figures hold the estimator's form: runs x rounds x s per round = seconds (the mean
     setting's round) and, where part was not measured, its runs named (runs + not measured = all runs)."""
-    from fedbench.report.runtime import load
+    from fedbench.report.stored_runtimes import load
 
     for name, scales in load(CONF).items():
         for scale, t in scales.items():
@@ -199,7 +200,8 @@ def test_the_checked_estimates_are_the_estimators_and_the_measured_times_the_rec
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from fedbench.report.runtime import checked_estimates, checked_rows, checked_setting, stored_costs
+    from fedbench.report.estimate_check import checked_estimates, checked_rows, checked_setting
+    from fedbench.report.stored_runtimes import stored_costs
 
     mod = _script()
     stored = yaml.safe_load((CONF / "runtimes.yaml").read_text())["checked"]
@@ -226,7 +228,7 @@ def test_the_plans_cpu_figure_is_the_claims_runs_estimate(shared_data):
     plan --measure``) is what ``fedbench-claims run --estimate`` computes for it (FedCOM's table1 at paper scale)."""
     from fedbench.claims.runner import estimate_runs
     from fedbench.claims.spec import load as load_claims
-    from fedbench.report.runtime import claims_estimates, stored_form
+    from fedbench.report.stored_runtimes import claims_estimates, stored_form
 
     exp = load_claims("fedcom").experiments["table1"]["paper"]
     got = stored_form(estimate_runs(exp.args(), [f"data_root={shared_data}"]))
@@ -236,7 +238,7 @@ def test_the_plans_cpu_figure_is_the_claims_runs_estimate(shared_data):
 def test_stored_claims_estimates_keep_no_breakdown(tmp_path):
     """``update(conf, "claims", ...)`` keeps an estimate's runs, rounds and seconds, not its per-setting lines or the
     cost keys measured while it ran (the plan reads the former; the latter are for the printout)."""
-    from fedbench.report.runtime import claims_estimates, update
+    from fedbench.report.stored_runtimes import claims_estimates, update
 
     est = {"runs": 2, "all_runs": 2, "rounds": 3, "s_per_round": 1.5, "seconds": 9.0}
     extra = {"settings": [{"setting": "all runs", "runs": 2}], "measured_now": ["mlp/1@1x8x8,10 classes,B=32"]}

@@ -9,7 +9,8 @@ from conftest import CONF
 
 from fedbench.report import experiment_tables, list_tables
 from fedbench.report.catalog import matches, time_text
-from fedbench.report.runtime import hours, load
+from fedbench.report.runtime import hours
+from fedbench.report.stored_runtimes import load
 
 
 def _listing(argv, width, monkeypatch, capsys) -> tuple[int, str]:

@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..report.runs import canon
-from ..report.runtime import claims_estimates, gpu_figures, gpu_scaled, hours, plan_settings
+from ..report.runtime import hours
+from ..report.stored_runtimes import claims_estimates, gpu_figures, gpu_scaled, plan_settings
 from .predicates import LOOKS, NEEDS_DATA, NOT_RUN, Outcome
 from .results import RunSet, evaluate_claim
 from .runner import OUTCOMES
@@ -442,7 +443,8 @@ def measure(papers: list[str], scale: str, data_root: str | None, log=print) -> 
 
     from ..errors import ConfigError
     from ..hydra_cache import install
-    from ..report.runtime import estimate_overrides, stored_costs, update
+    from ..report.runtime import estimate_overrides
+    from ..report.stored_runtimes import stored_costs, update
     from .records import committed_records
     from .spec import load
 

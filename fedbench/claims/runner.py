@@ -223,7 +223,8 @@ def estimate_runs(args: list[str], extra: list[str]) -> dict:
 
     from ..confdir import CONF_DIR
     from ..hydra_cache import install
-    from ..report.runtime import estimate_overrides, stored_costs
+    from ..report.runtime import estimate_overrides
+    from ..report.stored_runtimes import stored_costs
 
     given = [a for a in [*args, *extra] if "=" in a and not a.startswith(("hydra.", "logger"))]
     install()

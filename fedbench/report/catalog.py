@@ -144,7 +144,8 @@ def list_tables(argv=None) -> int:
     from rich.text import Text
 
     from ..confdir import CONF_DIR
-    from .runtime import ASSUMES, brief, load, write_estimates
+    from .runtime import ASSUMES, brief, write_estimates
+    from .stored_runtimes import load
 
     ap = argparse.ArgumentParser(
         prog="fedbench-tables",
