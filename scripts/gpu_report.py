@@ -1,0 +1,65 @@
+"""The report a device script writes as it goes (scripts/gpu_check.py, scripts/device_bench.py): every line to the
+console and to ``report.txt``, every measurement to a JSON file rewritten after each one (a killed run keeps what it
+had), and each section's planned vs taken time."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import traceback
+from pathlib import Path
+
+
+class Report:
+    """Lines to the console and report.txt as they come; measurements to bench.json after each one."""
+
+    json_name = "bench.json"
+
+    def __init__(self, out: Path, budget: float):
+        self.out = out
+        out.mkdir(parents=True, exist_ok=True)
+        self.txt = (out / "report.txt").open("a", buffering=1)
+        self.data: dict = {"sections": {}, "failed": []}
+        self.t0, self.budget = time.monotonic(), budget
+
+    def say(self, line: str = "") -> None:
+        print(line, flush=True)
+        self.txt.write(line + "\n")
+
+    def check(self, name: str, ok: bool, detail: str = "") -> bool:
+        if not ok:
+            self.data["failed"].append(name)
+        self.say(f"{'PASS' if ok else 'FAIL'}  {name}{': ' + detail if detail else ''}")
+        self.save()
+        return ok
+
+    def put(self, section: str, key: str, value) -> None:
+        self.data["sections"].setdefault(section, {})[key] = value
+        self.save()
+
+    def save(self) -> None:
+        tmp = self.out / f"{self.json_name}.tmp"
+        tmp.write_text(json.dumps(self.data, indent=1, default=str))
+        tmp.replace(self.out / self.json_name)
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+    def left(self) -> float:
+        return self.budget - self.elapsed()
+
+    @contextlib.contextmanager
+    def section(self, title: str, planned: str, est_s: float):
+        """A section: its plan first; an exception is a FAIL with its traceback's tail, and the next section runs."""
+        self.say("")
+        self.say(f"== {title}  [planned: {planned}; est. {est_s:.0f} s; {self.elapsed():.0f} s elapsed]")
+        tic = time.monotonic()
+        try:
+            yield
+        except Exception as e:  # noqa: BLE001  (a section's failure is reported, the others still run)
+            tail = "".join(traceback.format_exception(e)[-6:]).rstrip()
+            self.check(f"{title}: completed", False, f"{type(e).__name__}: {e}\n{tail}")
+        took = time.monotonic() - tic
+        self.say(f"-- {title}: took {took:.1f} s (est. {est_s:.0f} s)")
+        self.put("time", title, {"est_s": round(est_s, 1), "took_s": round(took, 1)})
