@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 from test_faults import FAST, fedbench_here, one_line, snapshot, status
 
-from fedbench.rundir import HEARTBEAT_TIMEOUT_S, LOCK_NAME, RunDirBusy, RunDirLock, _process_start
+from fedbench.errors import RunDirBusy
+from fedbench.runlock import HEARTBEAT_TIMEOUT_S, LOCK_NAME, RunDirLock, _process_start
 
 ARGS = [*(a for a in FAST if not a.startswith("rounds=")), "rounds=4"]
 ARGS += ["checkpoint.every=1", "checkpoint.keep=5", "checkpoint.keep_complete=5"]
