@@ -30,10 +30,10 @@ from fedbench.claims.predicates import (
     paper_data,
     parse,
 )
-from fedbench.claims.render import ours_text
 from fedbench.claims.results import RunSet, evaluate_claim
 from fedbench.claims.runner import check_extra
 from fedbench.claims.spec import ClaimsError, check, load, load_file
+from fedbench.claims.text import ours_text
 
 PAPERS = ["cafeme", "ecl", "fedcom", "fedka", "fedrema"]
 # how the smoke runs are made here: one thread, and no run pictures (a third of a 1-round run; the pages' own are drawn)
@@ -719,7 +719,7 @@ def test_report_page_csv_and_wandb_table_from_hand_written_runs(tmp_path):
     assert chance(">", 0.0, 2.30, 1.0, 3) == pytest.approx(0.80, abs=0.01)
     assert "* Ours: a test claim" in md
     assert "![c (smoke)](toy/c_smoke.png)" in md and (out / "toy" / "c_smoke.png").stat().st_size > 1000
-    from fedbench.claims.render import figure
+    from fedbench.claims.pictures import figure
 
     ax = figure(res).axes[0]  # the picture's axes in words, not keys
     assert ax.get_ylabel() == "personalized accuracy, best round (%)" and ax.get_title().startswith("c (smoke): holds")
@@ -865,7 +865,8 @@ def test_a_failing_claim_shows_its_gap_round_by_round(tmp_path):
     """Issue #31 item 5: where a claim fails, the page draws each failing test's paired gap round by round. FedAvg
     logs 40, 45, 50 % on every seed, Local 30, 50, 60 + s %: FedAvg − Local per seed s is +10, −5, −(10 + s) points at
     rounds 1, 2, 3 (its best-round test fails on every seed). A claim that holds draws no gap."""
-    from fedbench.claims.render import _details, gaps, plot_gaps
+    from fedbench.claims.pictures import gaps, plot_gaps
+    from fedbench.claims.render import _details
 
     pc = load_file(_claims_file(tmp_path, [CLAIM]))
     exp = pc.experiments["grid"]["smoke"]

@@ -57,7 +57,8 @@ def report(
 ) -> list[ClaimResult]:
     """One paper's page from its runs (those under ``runs_root``, and those of the ``records`` file that no run dir
     holds): printed, written to ``out`` (Markdown, CSV, pictures), logged to W&B."""
-    from .render import gap_picture_name, log_wandb, picture_name, plot, plot_gaps, print_rich, to_csv, to_markdown
+    from .pictures import gap_picture_name, picture_name, plot, plot_gaps
+    from .render import log_wandb, print_rich, to_csv, to_markdown
 
     pc = load(paper) if isinstance(paper, str) else paper
     paper = pc.paper

@@ -1,5 +1,6 @@
-"""A paper's claims page: the verdict table (printed with rich, Markdown, CSV), one picture per claim and scale, how
-the runs were made (commands, commit, dates, machine, wall time), and a W&B run holding the table."""
+"""A paper's claims page as a verdict table: printed with rich, written as CSV and as the Markdown page (its summary,
+each claim's details and tests), logged as a W&B table. Its parts in their own rooms: the words of one result
+(text.py), the pictures (pictures.py), how the runs were made (howmade.py)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,13 @@ import io
 import math
 from collections import Counter
 from pathlib import Path
-from textwrap import fill
 
 import numpy as np
 
-from ..report.tables import fmt, path_words
+from ..report.tables import fmt
+from .howmade import compute_time, how_made
 from .looks import DRAWS, MOST_SEEDS, hold_chance, seeds_to_hold
-from .plan import HOLD_FROM, first_chance, page_note
+from .plan import HOLD_FROM, first_chance
 from .predicates import (
     ALPHA,
     ALPHAS,
@@ -28,13 +29,13 @@ from .predicates import (
     NOT_RUN,
     POWER,
     VERDICTS,
-    Outcome,
     Test,
     level,
     sd_upper,
 )
-from .results import ClaimResult, launches, sweep_dir
+from .results import ClaimResult
 from .spec import PaperClaims
+from .text import _key, _num, duration, ours_text, paper_text, row_verdict, verdict_text
 
 STYLE = {
     HOLDS: "green",
@@ -46,290 +47,6 @@ STYLE = {
     NEEDS_DATA: "dim",
 }
 
-
-# ---- text of one result ----------------------------------------------------------------------------------------
-
-
-def _num(x, digits: int) -> str:
-    return fmt(x, digits) if x is not None else ""
-
-
-def _key(res: ClaimResult) -> str:
-    return res.claim.over.split(":")[-1].split(".")[-1]
-
-
-def _paper_cols(res: ClaimResult) -> list:
-    return list(dict.fromkeys(k for v in res.claim.paper.values() if isinstance(v, dict) for k in v))
-
-
-def _rows_text(res: ClaimResult, rows: list, cols: list, value) -> str:
-    """``FedReMa 65.4, FedAvg 61.9``, or per row over the swept values: ``FedReMa at s = 0.2, 0.8: 52.9, 46.5``."""
-    parts = []
-    for row in rows:
-        pts = [(col, v) for col in cols if (v := value(row, col))]
-        if not pts:
-            continue
-        if cols == [None]:
-            parts.append(f"{res.label(row)} {pts[0][1]}")
-        else:
-            parts.append(
-                f"{res.label(row)} at {_key(res)} = {', '.join(str(c) for c, _ in pts)}: "
-                + ", ".join(v for _, v in pts)
-            )
-    return ("; " if cols != [None] else ", ").join(parts)
-
-
-def paper_text(res: ClaimResult) -> str:
-    """The paper's numbers the claim names."""
-    c = res.claim
-    if not c.paper:
-        return "— (no numbers in the paper)"
-    cols = [None] if not c.over else _paper_cols(res)
-
-    def value(row, col):
-        v = c.paper.get(row)
-        v = v.get(col) if isinstance(v, dict) else v
-        return None if v is None else f"{v:g}"
-
-    return _rows_text(res, list(c.paper), cols, value)
-
-
-def ours_text(res: ClaimResult) -> str:
-    """fedbench's mean ± sample sd (n − 1) over seeds of each named row (per swept value) and the number of seeds
-    with a finite value (a diverged run is counted in the brackets, not in n)."""
-    if not res.data:
-        return "—"
-
-    def value(row, col):
-        vals = _finite(res.cell(row, col).values())
-        if not vals:
-            return None
-        return _num(np.mean(vals), res.digits) + (
-            f" ± {_num(np.std(vals, ddof=1), res.digits)}" if len(vals) > 1 else ""
-        )  # the sample sd (n − 1), as the tests use (issue #52)
-
-    text = _rows_text(res, res.rows, res.cols, value) or "—"
-    ns = sorted({len(_finite(res.cell(r, c).values())) for r in res.rows for c in res.cols if res.cell(r, c)})
-    if ns:
-        text += f" (n = {ns[0]}{'–' + str(ns[-1]) if len(ns) > 1 else ''} seed{'s' * (ns != [1])})"
-    if res.status:
-        text += " [" + ", ".join(f"{n} {k}" for k, n in res.status.items()) + "]"
-    if res.status.get("diverged"):
-        text += f" (a diverged run counts as {res.claim.worst:g} in the tests; the means above leave it out)"
-    return text
-
-
-def verdict_text(outcome: Outcome) -> str:
-    """The verdict and the look it was reached at: ``holds (look 1)``."""
-    return outcome.verdict + (f" (look {outcome.look})" if outcome.look else "")
-
-
-def row_verdict(res: ClaimResult) -> str:
-    """The claims table's verdict cell: as :func:`verdict_text`, and "not at this scale" where the scale has no setting
-    of the claim's experiment — as the "By scale" table says (issue #53: one said "not run", the other "not at this
-    scale")."""
-    if res.experiment is None and res.outcome.verdict == NOT_RUN:
-        return "not at this scale"
-    return verdict_text(res.outcome)
-
-
-def duration(seconds: float) -> str:
-    if not seconds:
-        return "—"
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
-
-
-def picture_name(res: ClaimResult) -> str:
-    return f"{res.claim.id}_{res.scale}.png"
-
-
-# ---- pictures --------------------------------------------------------------------------------------------------
-
-
-def plot(res: ClaimResult, path: Path) -> Path | None:
-    """:func:`figure`, saved (None when no run has a value)."""
-    from ..report.figures import _save
-
-    fig = figure(res)
-    return _save(fig, path) if fig is not None else None
-
-
-def gap_picture_name(res: ClaimResult) -> str:
-    return f"{res.claim.id}_{res.scale}_gap.png"
-
-
-def gaps(res: ClaimResult) -> dict:
-    """A failing claim's diagnosis (issue #31 item 5): each of its failing tests ``a − b`` as the paired gap round by
-    round — {test: {seed: [(round, a − b)]}} over the rounds both runs logged the claim's metric's series (``pers/acc``
-    for ``pers/acc.best``). Empty when the claim does not fail or its metric has no per-round series."""
-    out = {}
-    for t in res.outcome.tests if res.outcome.verdict == FAILS else []:
-        names = t.label.split(" − ")
-        if t.verdict != FAILS or len(names) != 2:
-            continue
-        col = next((c for c in res.cols if (None if c is None else str(c)) == t.at), None)
-        a, b = (res.series.get(n, {}).get(col, {}) for n in names)
-        per = {}
-        for seed in sorted(set(a) & set(b)):
-            other = dict(b[seed])
-            if pts := [(r, x - other[r]) for r, x in a[seed] if r in other]:
-                per[seed] = pts
-        if per:
-            out[" − ".join(res.label(n) for n in names) + (f" at {_key(res)} = {t.at}" if t.at else "")] = per
-    return out
-
-
-def plot_gaps(res: ClaimResult, path: Path) -> Path | None:
-    """:func:`gaps` drawn (None when there are none): every seed a thin line, their mean over the rounds all seeds
-    logged a thick one, 0 dashed — whether the gap opened early or late, held, or closed."""
-    from ..report.figures import _plt, _save, legend
-    from .results import series_name
-
-    found = gaps(res)
-    if not found:
-        return None
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(6.4, 3.8))
-    for i, (label, per) in enumerate(found.items()):
-        for pts in per.values():
-            ax.plot([r for r, _ in pts], [g for _, g in pts], color=f"C{i}", alpha=0.35, linewidth=0.8)
-        rounds = sorted(set.intersection(*({r for r, _ in pts} for pts in per.values())))
-        mean = [float(np.mean([dict(pts)[r] for pts in per.values()])) for r in rounds]
-        ax.plot(rounds, mean, color=f"C{i}", linewidth=2, label=f"{label} (mean of {len(per)} seeds; thin: each)")
-    ax.axhline(0.0, color="0.3", linestyle="--", linewidth=0.8)
-    ax.set_xlabel("round")
-    name = series_name(res.claim.metric)
-    ax.set_ylabel(f"gap in {path_words(name)}" + (f" ({res.unit} points)" if res.unit else ""))
-    ax.set_title(fill(f"{res.claim.id} ({res.scale}): fails — the gap round by round", 90), fontsize=9)
-    legend(ax)
-    ax.grid(alpha=0.3)
-    return _save(fig, path)
-
-
-def figure(res: ClaimResult):
-    """Bars (mean ± std over seeds, each seed a dot) with the paper's numbers as black diamonds; for a trend or a
-    range, our mean ± std over the swept value as a line and the paper's numbers as unconnected diamonds. Axes in
-    words (``personalized accuracy, best round (%)``, ``CCP threshold δ``)."""
-    from ..report.figures import _plt, legend
-
-    if not any(res.cell(r, c) for r in res.rows for c in res.cols):
-        return None
-    plt, c = _plt(), res.claim
-    fig, ax = plt.subplots(figsize=(6.4, 3.8))
-    if c.predicate.kind in ("trend", "flat") and all(_isnum(col) for col in res.cols):
-        _trend(ax, res)
-    else:
-        _bars(ax, res)
-    ax.set_ylabel(path_words(c.metric) + (f" ({res.unit})" if res.unit else ""))
-    ax.set_title(fill(f"{c.id} ({res.scale}): {res.outcome.verdict} — {c.predicate.text}", 90), fontsize=9)
-    legend(ax)
-    ax.grid(alpha=0.3)
-    return fig
-
-
-def _trend(ax, res: ClaimResult) -> None:
-    c = res.claim
-    terms = c.predicate.terms
-    label = " − ".join(res.label(t) for t in terms)
-    pts = [(float(col), v) for col in res.cols if (v := _finite(_expr(res, terms, col)))]
-    ax.errorbar(
-        [x for x, _ in pts],
-        [np.mean(v) for _, v in pts],
-        [np.std(v) for _, v in pts],
-        marker="o",
-        capsize=3,
-        label=f"fedbench: {label} (mean ± std)",
-    )
-    for x, v in pts:
-        ax.plot([x] * len(v), v, ".", color="0.3", markersize=4)
-    paper = [(float(col), p) for col in _paper_cols(res) if (p := _paper_expr(res, terms, col)) is not None]
-    if paper:  # the paper's values as points only: nothing is drawn between them
-        ax.plot([x for x, _ in paper], [p for _, p in paper], "kD", linestyle="none", label=f"paper: {label}")
-    xs = [x for x, _ in pts + paper]
-    if xs and min(xs) > 0 and max(xs) / min(xs) >= 50:  # (no point at all: a claim with no complete cell yet)
-        ax.set_xscale("log")
-    from ..report.figures import key_words
-
-    ax.set_xlabel(key_words(c.over))
-
-
-def _bars(ax, res: ClaimResult) -> None:
-    rows, cols = res.rows, res.cols
-    grouped = cols != [None]
-    width = 0.8 / max(1, len(rows)) if grouped else 0.7
-    for i, row in enumerate(rows):
-        pos = np.arange(len(cols)) + (i - (len(rows) - 1) / 2) * width if grouped else np.array([float(i)])
-        vals = [_finite(res.cell(row, col).values()) for col in cols]
-        ax.bar(
-            pos,
-            [np.mean(v) if v else np.nan for v in vals],
-            width * 0.9,
-            yerr=[np.std(v) if v else 0 for v in vals],
-            capsize=3,
-            alpha=0.75,
-            label=res.label(row),
-            color=f"C{i}",
-        )
-        for p, v in zip(pos, vals):
-            ax.plot([p] * len(v), v, ".", color="0.2", markersize=5)
-        paper = [(p, v) for p, col in zip(pos, cols) if (v := _paper(res, row, col)) is not None]
-        if paper:
-            ax.plot(
-                [p for p, _ in paper],
-                [v for _, v in paper],
-                "kD",
-                linestyle="none",
-                label="paper" if not any(_paper(res, r, col) is not None for r in rows[:i] for col in cols) else None,
-            )
-    if grouped:
-        ax.set_xticks(np.arange(len(cols)))
-        ax.set_xticklabels([f"{_key(res)}={col}" for col in cols])
-    else:
-        ax.set_xticks(np.arange(len(rows)))
-        ax.set_xticklabels([res.label(r) for r in rows])
-    ys = [v for r in rows for col in cols for v in _finite(res.cell(r, col).values())]
-    ys += [v for r in rows for col in cols if (v := _paper(res, r, col)) is not None]
-    if ys and min(ys) > 0:
-        lo, hi = min(ys), max(ys)
-        pad = 0.15 * (hi - lo) + 1.0
-        ax.set_ylim(max(0.0, lo - pad), hi + pad)
-
-
-def _finite(values) -> list:
-    """The values that are numbers (a diverged run's NaN is drawn as no point; the tests count it as the worst)."""
-    return [v for v in values if math.isfinite(v)]
-
-
-def _isnum(x) -> bool:
-    try:
-        return math.isfinite(float(x))
-    except (TypeError, ValueError):
-        return False
-
-
-def _paper(res: ClaimResult, row: str, col):
-    v = res.claim.paper.get(row)
-    return v.get(col) if isinstance(v, dict) else v
-
-
-def _expr(res: ClaimResult, terms: tuple, col) -> list:
-    a = res.cell(terms[0], col)
-    if len(terms) == 1:
-        return list(a.values())
-    b = res.cell(terms[1], col)
-    return [a[s] - b[s] for s in a if s in b]
-
-
-def _paper_expr(res: ClaimResult, terms: tuple, col):
-    vals = [_paper(res, t, col) for t in terms]
-    if any(v is None for v in vals):
-        return None
-    return vals[0] if len(vals) == 1 else vals[0] - vals[1]
-
-
-# ---- the table: rich, Markdown, CSV ----------------------------------------------------------------------------
 
 HEADER = [
     "claim",
@@ -580,16 +297,11 @@ def to_markdown(
     for scale in scales:
         mine = [r for r in results if r.scale == scale]
         n = Counter(r.outcome.verdict for r in mine)
-        recorded = _recorded(records, scale)
-        if recorded:  # the records' own compute times (the page rebuilds from them alone)
-            seconds = sum(float((r.get("summary") or {}).get("wall_time") or 0) for r in recorded)
-        else:
-            seconds = sum(r.get("seconds", 0) for r in launches(sweep_dir(runs_root, scale, pc.paper)))
         complete, total = _runs_done(mine)
         md.append(
             f"| {scale} | {len(mine)} | "
             + " | ".join(str(n.get(v, 0)) for v in VERDICTS)
-            + f" | {complete}/{total} | {duration(seconds)} |"
+            + f" | {complete}/{total} | {duration(compute_time(pc, scale, runs_root, records))} |"
         )
     if len(scales) > 1:  # issue #31: where an effect appears, scale by scale
         md += ["", "## By scale", "", "| claim | " + " | ".join(scales) + " |", "|---|" + "---|" * len(scales)]
@@ -630,7 +342,7 @@ def to_markdown(
             found.setdefault(res.claim.id, {})[res.scale] = h["chance"]
     chances = first_chance(found)
     for scale in scales:
-        md += _provenance(pc, scale, runs_root, commands.get(scale, {}), records, chances)
+        md += how_made(pc, scale, runs_root, commands.get(scale, {}), records, chances)
     md += ["## Details", ""]
     for res in results:
         md += _details(res, pictures.get((res.claim.id, res.scale)), pictures.get((res.claim.id, res.scale, "gap")))
@@ -711,13 +423,6 @@ def _runs_done(results: list[ClaimResult]) -> tuple[int, int]:
     return sum(runs.values()), len(runs)
 
 
-def _shown(text: str, runs_root: Path) -> str:
-    """A committed page names no machine's path: an absolute ``--runs`` directory is shown as ``<runs>``."""
-    if not runs_root.is_absolute():
-        return text
-    return text.replace(str(runs_root.resolve()), "<runs>").replace(str(runs_root), "<runs>")
-
-
 def _pilot_line(res: ClaimResult) -> str:
     """The pilot arithmetic (issue #31): each test's paired sd over the seeds that have every run, and the smallest
     gap the scale's seeds would detect at it, next to the paper's gap."""
@@ -742,83 +447,6 @@ def _pilot_line(res: ClaimResult) -> str:
         f"pilot's paired sd ({len(seeds)} seeds understate σ often: the sd alone would be optimistic) — "
         + "; ".join(parts)
     )
-
-
-def _provenance(
-    pc: PaperClaims, scale: str, runs_root: Path, commands: dict, records: Path | None = None, chances=None
-) -> list[str]:
-    md = _provenance_lines(pc, scale, runs_root, commands, records, chances)
-    if runs_root.is_absolute():
-        md.insert(-1, "* `<runs>` = the `--runs` directory the runs were made in (default `outputs/claims`).")
-    return [_shown(line, runs_root) for line in md]
-
-
-def _recorded(records: Path | None, scale: str) -> list[dict]:
-    import json
-
-    if records is None or not Path(records).exists():
-        return []
-    return [r for r in map(json.loads, Path(records).read_text().splitlines()) if r["scale"] == scale]
-
-
-def _counted(values) -> str:
-    return ", ".join(f"{v} ({n} run{'s' * (n > 1)})" for v, n in Counter(values).most_common())
-
-
-def _from_records(recs: list[dict], path: Path) -> list[str]:
-    """Where the recorded runs were made: from the records alone, so that the page is rebuilt byte for byte."""
-    dates = sorted(r["started"][:10] for r in recs if r.get("started"))
-    wall = sum(float((r.get("summary") or {}).get("wall_time") or 0) for r in recs)
-    md = [
-        f"* Records: `{path.parent.name}/{path.name}`, {len(recs)} run(s) — " + _counted(r["status"] for r in recs),
-        "* fedbench commit: " + _counted(f"`{r['commit']}`" if r.get("commit") else "not recorded" for r in recs),
-        "* Machine: " + _counted(r.get("machine") or "not recorded" for r in recs),
-    ]
-    md += [f"* Started: {dates[0]}" + (f" to {dates[-1]}" if dates[-1] != dates[0] else "")] if dates else []
-    md += [f"* Compute time of the recorded runs: {duration(wall)}"] if wall else []
-    md += [
-        f"* Source: {src} ({n} run{'s' * (n > 1)})"
-        for src, n in Counter(r["source"] for r in recs if r.get("source")).items()
-    ]
-    return md
-
-
-def _provenance_lines(
-    pc: PaperClaims, scale: str, runs_root: Path, commands: dict, records: Path | None = None, chances=None
-) -> list[str]:
-    s = pc.scales.get(scale)
-    recorded = _recorded(records, scale)
-    recs = [] if recorded else launches(sweep_dir(runs_root, scale, pc.paper))
-    md = [f"### {scale} scale", ""]
-    if s and s.note:
-        md += [s.note, ""]
-    if scale == "paper":  # the GPU work this scale still needs, in the order it pays (fedbench/claims/plan.py)
-        md += ["**The work left**: " + page_note(pc.paper, scale, records, chances), ""]
-    md += [
-        f"* Commands: `{commands.get('run', f'fedbench-claims run {pc.paper} --scale {scale}')}` then "
-        f"`{commands.get('report', f'fedbench-claims report {pc.paper} --scale {scale}')}`."
-    ]
-    if recorded:
-        md += _from_records(recorded, Path(records))
-    elif recs:
-        commits = list(dict.fromkeys(r.get("commit", "unknown") for r in recs))
-        machines = list(dict.fromkeys(r.get("machine", "unknown") for r in recs))
-        dates = sorted(r.get("started", "")[:10] for r in recs if r.get("started"))
-        invoked = list(dict.fromkeys(r.get("invoked") for r in recs if r.get("invoked")))
-        md += [f"* Launched as: {', '.join(f'`{i}`' for i in invoked)}"] if invoked else []
-        md += [
-            f"* fedbench commit: {', '.join(f'`{c}`' for c in commits)}",
-            f"* Date: {dates[0]}" + (f" to {dates[-1]}" if dates[-1] != dates[0] else ""),
-            f"* Machine: {'; '.join(machines)}",
-            f"* Wall time of the launches: {duration(sum(r.get('seconds', 0) for r in recs))} "
-            f"({len(recs)} launch(es); exit codes {sorted({r.get('exit') for r in recs})})",
-        ]
-    else:
-        md += ["* No `fedbench-claims run` launch is recorded for these runs (no commit, date or machine to report)."]
-    md.append("* The experiments (each one multirun; runs shared between experiments are made once):")
-    for exp in pc.needed(scale):
-        md.append(f"  * `{exp.name}`: `{exp.command(str(sweep_dir(runs_root, scale, pc.paper)))}`")
-    return md + [""]
 
 
 def _details(res: ClaimResult, picture: Path | None, gap: Path | None = None) -> list[str]:
@@ -921,9 +549,6 @@ def _shown_test(t: Test) -> str:
     return f"|{t.label}| < {t.bound:g}" if t.op == "within" else f"{t.label} {t.op} {t.bound:g}"
 
 
-# ---- W&B -------------------------------------------------------------------------------------------------------
-
-
 def log_wandb(pc: PaperClaims, results: list[ClaimResult], pictures: list[Path], out: Path, mode: str) -> str:
     """One W&B run (job type ``claims``) holding the verdict table (the CSV's columns) and the pictures."""
     import wandb
@@ -952,16 +577,10 @@ def log_wandb(pc: PaperClaims, results: list[ClaimResult], pictures: list[Path],
 __all__ = [
     "CSV_FIELDS",
     "HEADER",
-    "duration",
     "line",
     "log_wandb",
-    "ours_text",
-    "paper_text",
-    "picture_name",
-    "plot",
     "print_rich",
     "test_table",
-    "verdict_text",
     "to_csv",
     "to_markdown",
 ]
