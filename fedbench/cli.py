@@ -17,7 +17,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from . import hydra_cache
-from .confdir import CONF_DIR, CONFIG_DIRS, GROUPS, options  # noqa: F401  (re-exported: fedbench.cli's public names)
+from .confdir import CONF_DIR, CONFIG_DIRS, GROUPS, help_groups, options  # noqa: F401  (re-exported: fedbench.cli's public names)
 from .config import dirname
 from .distributed import is_follower
 from .errors import ConfigError, Diverged, RunDirBusy, RunFailed
@@ -33,20 +33,6 @@ from .overrides import (  # noqa: F401  (EXTENSIONS, RUN_DIR_ROOM: re-exported, 
 )
 from .preemption import Preempted, hand_over
 from .sweep import SWEEP_FAILED, journal, lost_jobs
-
-
-def help_groups() -> str:
-    """The config groups of ``fedbench --help`` (conf/hydra/help): the ones a user chooses, not fedbench's internal
-    ones (claims, dataset_defaults, the tables' parts)."""
-    return "\n".join(
-        [
-            *(f"{g}: {', '.join(options(g))}" for g in GROUPS if g != "experiment"),
-            f"+experiment (paper tables and figures; add -m for the sweep): {', '.join(experiments())}",
-        ]
-    )
-
-
-OmegaConf.register_new_resolver("fb_help_groups", help_groups, replace=True)  # conf/hydra/help/fedbench.yaml
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")

@@ -14,6 +14,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from .checks import boolean, device, int_at_least, is_int, list_of, number, one_of, text
+from .confdir import help_groups
 from .errors import ConfigError
 
 MAX_ROUNDS = 10**7  # far beyond any paper (1,500); a larger count is a typo, and overflows the ETA's clock
@@ -256,3 +257,5 @@ if not OmegaConf.has_resolver("scaled"):
     OmegaConf.register_new_resolver("scaled", _scaled)
 if not OmegaConf.has_resolver("fb_dirname"):
     OmegaConf.register_new_resolver("fb_dirname", dirname)
+if not OmegaConf.has_resolver("fb_help_groups"):  # conf/hydra/help/fedbench.yaml: resolved wherever a config's hydra
+    OmegaConf.register_new_resolver("fb_help_groups", help_groups)  # node is (claims read runs made by any command)

@@ -15,7 +15,7 @@ import yaml
 from hydra.core.override_parser.types import ValueType
 from omegaconf import OmegaConf
 
-from .confdir import CONF_DIR, CONFIG_DIRS, GROUPS, options
+from .confdir import CONF_DIR, CONFIG_DIRS, GROUPS, experiments, options
 from .errors import ConfigError
 
 
@@ -34,13 +34,6 @@ def searchpath() -> list[str]:
 # top-level keys a run reads that conf/ does not define, so `+key=...` adds them (the only keys `+` may add):
 # data_schedule (fedbench/data/schedule.py, docs/fedka.md)
 EXTENSIONS = ("data_schedule",)
-
-
-def experiments() -> list[str]:
-    """The experiment configs a user runs (`+experiment=...`): the paper tables and figures, smoke. Not the parts the
-    tables include or sweep over (``<paper>/setting``, ``<paper>/setting/*``, ``<paper>/column/*``,
-    ``<paper>/arm/*``)."""
-    return [o for o in options("experiment") if len(Path(o).parts) <= 2 and Path(o).name != "setting"]
 
 
 VALUED_FLAGS = {"--config-path", "-cp", "--config-dir", "-cd", "--config-name", "-cn", "--experimental-rerun", "--cfg",

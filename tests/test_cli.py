@@ -370,3 +370,19 @@ def test_a_glob_sweep_is_checked_over_the_options_it_matches(capsys):
     assert _values(o) == ["fedavg_lws", "fedprox", "fedprox_rema"]
     precheck(["-m", "algorithm=glob(fedavg_l*)", "logger=none"])  # accepted
     assert capsys.readouterr().err == ""
+
+
+def test_help_resolver_is_registered_wherever_fedbench_is_imported():
+    """``fb_help_groups`` (conf/hydra/help/fedbench.yaml) was registered by fedbench.cli only: a command that resolves
+    a run's whole config, hydra node included, without importing cli (fedbench-claims finding a run made by another
+    command) failed with UnsupportedInterpolationType. Any fedbench entry point registers it now."""
+    code = (
+        "import fedbench.claims.results\n"
+        "from omegaconf import OmegaConf\n"
+        "cfg = OmegaConf.create({'help': '${fb_help_groups:}'})\n"
+        "text = cfg.help\n"
+        "assert text.startswith('algorithm: ') and '+experiment (' in text, text\n"
+        "import sys; assert 'fedbench.cli' not in sys.modules\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
