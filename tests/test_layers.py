@@ -17,10 +17,12 @@ The layers, bottom to top (a module may import its own layer and the layers belo
   algorithms   the registry and the methods (oneshot.py below ecl/lws/tau_norm/fedafa only by convention)
   monitors     evaluation, similarity, newclients, console, loggers: they run algorithms and report on them
   config       the run config's checks and the registry checks (imports the registries)
-  run          build, run, callbacks, checkpoint, rundir: a run put together from its config, its dir's lifecycle
+  run          build, run, callbacks, checkpoint, runlock, rundir: a run put together from its config, its dir's
+               lock and lifecycle
   report       fedbench-report, fedbench-tables: tables and figures from run dirs, runtime estimates
   claims       fedbench-claims: the papers' claims run and judged (reads runs with report's readers)
-  top          the package itself (registers config's resolvers), __main__ (python -m fedbench), cli, sweep
+  top          the package itself (registers config's resolvers), __main__ (python -m fedbench), overrides (the
+               command line's checks), cli, sweep
 
 Every import counts: top-level, lazy (inside a function) and typing-only ones. Within a layer a module may import
 another of its layer, but never round a circle: no module imports one that (through others) imports it back — a
