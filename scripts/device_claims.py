@@ -41,6 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from device_pack import carry_in, pack_checkpoints, pack_finished, statuses, unfinished  # noqa: E402
+from gpu_report import machine_paths, placeholders  # noqa: E402
 
 from fedbench.claims import committed_records  # noqa: E402
 from fedbench.claims.results import RunSet, sweep_dir  # noqa: E402
@@ -146,9 +147,10 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     console = (args.out / "console.txt").open("a")
     report = (args.out / "report.txt").open("a")
-    lock = threading.Lock()
+    lock, paths = threading.Lock(), machine_paths(args.out)
 
     def say(line: str, file=report) -> None:
+        line = placeholders(line, paths)  # the report can be committed as it comes back
         with lock:
             for f in {file, console}:
                 f.write(line + "\n")

@@ -31,5 +31,5 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
     "$PY" -c 'import numpy, torch, torchvision; print(f"device_run.sh: torch {torch.__version__}, torchvision {torchvision.__version__}, numpy {numpy.__version__}, cuda {torch.cuda.is_available()}")' 
     . scripts/device_env.sh || exit 3
     "$@"
-} 2>&1 | tee -a "$OUT/console.txt"
+} 2>&1 | "$PY" -u scripts/gpu_report.py "$OUT" | tee -a "$OUT/console.txt"   # machine paths as placeholders
 exit "${PIPESTATUS[0]}"

@@ -22,5 +22,5 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"   # fedbench from this check
     echo "gpu_check.sh: $("$PY" -c 'import sys; print(sys.executable, sys.version.split()[0])'), $(date -u +%FT%TZ)"
     . scripts/device_env.sh || exit 3
     "$PY" "$SCRIPT" "$@"
-} 2>&1 | tee -a "$OUT/console.txt"
+} 2>&1 | "$PY" -u scripts/gpu_report.py "$OUT" | tee -a "$OUT/console.txt"   # machine paths as placeholders
 exit "${PIPESTATUS[0]}"

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_machine_paths import machine_paths_in
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPTS = REPO / "scripts"
@@ -75,6 +76,9 @@ def test_without_a_gpu_the_command_fails_and_says_why(tmp_path):
     line = next(ln for ln in report.splitlines() if ln.startswith("FAIL  a CUDA device: "))
     assert f"(torch {torch.__version__}, CUDA build {torch.version.cuda})" in line  # and torch's own reason before it
     assert json.loads((out / "bench.json").read_text())["failed"] == ["a CUDA device"]
+    assert report.startswith("fedbench gpu_check ") and ", out $OUT\n" in report  # not this machine's path
+    console = (out / "console.txt").read_text()  # the shell's and Python's lines, through the same placeholders
+    assert "gpu_check.sh: " in console and not machine_paths_in(console + report), console
 
 
 @pytest.mark.slow
@@ -111,6 +115,37 @@ def test_the_gpu_command_rehearsed_in_the_image_env(image_env, kit, tmp_path):
         names = tar.getnames()
     assert any(n.endswith("summary.json") for n in names) and not any(n.endswith(".pt") for n in names)
     assert "PASS  fedka table1: the archive reads back with fedbench-claims" in report
+
+
+def test_a_report_writes_this_machines_paths_as_placeholders(tmp_path, monkeypatch, capsys):
+    """report.txt, the console and the JSON as they come back can be committed: the out dir is $OUT, the data
+    $FEDBENCH_DATA, the repository <repo>, the temporary dir <tmp>, the home dir ~ (the 2026-11-26 H200 report held
+    /root/out, /tmp/tmp.k0POm1wWRT and /work/main); a longer name that only starts like one of them is not cut."""
+    import tempfile
+
+    gc = _module("gpu_check")
+    out, data = tmp_path / "out", tmp_path / "data"
+    monkeypatch.setenv("FEDBENCH_DATA", str(data))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # Path.home(); a container's may be /, which stays as it is
+    rep = gc.Report(out, budget=1.0)
+    lines = [
+        f"files in {out.resolve()}: {out}/report.txt, {out}-old/x",
+        f"data: {data}; fedbench from {gc.REPO}; unpacked into {tempfile.gettempdir()}/tmp.k0P/y; {Path.home()}/z",
+    ]
+    for line in lines:
+        rep.say(line)
+    rep.check("a path in a failure's detail", False, f"File {gc.REPO / 'fedbench' / 'run.py'}, line 3")
+    rep.put("section", "where", str(out / "claims"))
+    old = str(out.resolve().parent / "out-old").replace(str(Path(tempfile.gettempdir()).resolve()), "<tmp>", 1)
+    want = [
+        f"files in $OUT: $OUT/report.txt, {old}/x",
+        "data: $FEDBENCH_DATA; fedbench from <repo>; unpacked into <tmp>/tmp.k0P/y; ~/z",
+        "FAIL  a path in a failure's detail: File <repo>/fedbench/run.py, line 3",
+    ]
+    assert (out / "report.txt").read_text().splitlines() == want
+    assert capsys.readouterr().out.splitlines() == want
+    saved = json.loads((out / "bench.json").read_text())
+    assert saved["sections"]["section"]["where"] == "$OUT/claims" and not machine_paths_in(json.dumps(saved))
 
 
 def test_paper_run_seconds_counts_evaluations_every_eval_every():
