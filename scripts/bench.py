@@ -60,7 +60,7 @@ PER_CLIENT = 600  # images per client before the 80/20 train/test split, in ever
 
 def compose_cfg(overrides: list[str]):
     """fedbench's config with these overrides (Hydra imported here, so that importing this module needs only torch:
-    scripts/gpu_check.py reuses its functions)."""
+    scripts/gpu_speed.py reuses its functions)."""
     from hydra import compose, initialize_config_dir
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):

@@ -9,7 +9,7 @@ sign or a skipped update moves the state by ~lr·|g| ~ 1e-3 and fails by 9 order
 
 On the CPU ``cuda_graphs=True`` runs the same code minus the capture itself (fast.capture: warm-up calls, state put
 back, then plain calls into the resident buffers): the buckets, the resident buffers and the live masks are tested
-here, the capture on the device (fastcheck.device_check, from scripts/gpu_check.py)."""
+here, the capture on the device (fastcheck.device_check, from scripts/gpu_correctness.py)."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ The layers, bottom to top (a module may import its own layer and the layers belo
   files        files (atomic writes), plots (pictures): the algorithms' diagnostics write with them
   blocks       data (datasets, partitions), models (networks and their registry)
   engine       the local-training loop, optimizers, stacked models (engine/functional.py runs the models), the fp32
-               agreement rule between executors (engine/agreement.py: scripts/gpu_check.py imports it too)
+               agreement rule between executors (engine/agreement.py: scripts/gpu_correctness.py imports it too)
   shared       context (what an algorithm may use of its run), distributed (a run's processes: the context splits
                training and prediction over them), losses, prototypes, metrics, forgetting (FedKA's class groups and
                forgetting degree: FedKA trains with them, the forgetting monitor measures them)
