@@ -582,7 +582,7 @@ def main() -> int:
         raise SystemExit(f"device_bench: --budget {args.budget}: allowed a number of seconds > 0")
     size = SIZES["smoke" if args.cpu_smoke else "gpu"]
     parts = chosen_parts(size, settings, variants)
-    rep = BenchReport(args.out, args.budget)
+    rep = BenchReport(None if args.plan else args.out, args.budget)
     rep.say(
         f"fedbench device_bench {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}, budget {args.budget:.0f} s"
         + (" (--cpu-smoke: tiny sizes, the numbers say nothing about a GPU)" if args.cpu_smoke else "")

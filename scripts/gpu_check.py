@@ -127,7 +127,7 @@ def main() -> int:
     ap.add_argument("--plan", action="store_true", help="print the planned work and its estimated time, run nothing")
     ap.add_argument("--oom-clients", type=int, default=None, help="section 6: only the out-of-memory case, N clients")
     args = ap.parse_args()
-    rep = Report(args.out, args.budget)
+    rep = Report(None if args.plan else args.out, args.budget)
     rep.say(
         f"fedbench gpu_check {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}, budget {args.budget:.0f} s, "
         f"out {args.out}{' (--cpu-smoke: tiny sizes, the numbers say nothing about a GPU)' if args.cpu_smoke else ''}"

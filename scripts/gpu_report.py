@@ -17,11 +17,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
-def machine_paths(out: Path) -> list[tuple[re.Pattern, str]]:
+def machine_paths(out: Path | None) -> list[tuple[re.Pattern, str]]:
     """(this machine's path, its placeholder), the longest path first (an out dir under the temporary dir is $OUT):
     the out dir ``$OUT``, the data ``$FEDBENCH_DATA``, the repository ``<repo>``, the temporary dir ``<tmp>``, the
     home dir ``~``; each as given and without links (/tmp -> /private/tmp)."""
-    named = [(out, "$OUT"), (REPO, "<repo>"), (Path(tempfile.gettempdir()), "<tmp>"), (Path.home(), "~")]
+    named = [(out, "$OUT")] if out is not None else []
+    named += [(REPO, "<repo>"), (Path(tempfile.gettempdir()), "<tmp>"), (Path.home(), "~")]
     if os.environ.get("FEDBENCH_DATA"):
         named.append((Path(os.environ["FEDBENCH_DATA"]), "$FEDBENCH_DATA"))
     pairs: dict[str, str] = {}
@@ -45,10 +46,12 @@ class Report:
 
     json_name = "bench.json"
 
-    def __init__(self, out: Path, budget: float):
+    def __init__(self, out: Path | None, budget: float):
+        """``out`` None (a ``--plan``, which runs nothing): the lines go to the console only, no file is written."""
         self.out = out
-        out.mkdir(parents=True, exist_ok=True)
-        self.txt = (out / "report.txt").open("a", buffering=1)
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+        self.txt = (out / "report.txt").open("a", buffering=1) if out is not None else None
         self.data: dict = {"sections": {}, "failed": []}
         self.t0, self.budget = time.monotonic(), budget
         self.paths = machine_paths(out)
@@ -56,7 +59,8 @@ class Report:
     def say(self, line: str = "") -> None:
         line = placeholders(line, self.paths)
         print(line, flush=True)
-        self.txt.write(line + "\n")
+        if self.txt is not None:
+            self.txt.write(line + "\n")
 
     def check(self, name: str, ok: bool, detail: str = "") -> bool:
         if not ok:
@@ -70,6 +74,8 @@ class Report:
         self.save()
 
     def save(self) -> None:
+        if self.out is None:
+            return
         tmp = self.out / f"{self.json_name}.tmp"
         tmp.write_text(placeholders(json.dumps(self.data, indent=1, default=str), self.paths))
         tmp.replace(self.out / self.json_name)

@@ -64,8 +64,10 @@ def test_a_variant_adds_one_part_per_chosen_setting_first_arm(db):
 
 
 def test_the_plan_covers_every_setting_and_fits_the_device_call(tmp_path):
-    p = subprocess.run([sys.executable, str(SCRIPT), "--plan", "--out", str(tmp_path)], capture_output=True, text=True)
+    out = tmp_path / "out"
+    p = subprocess.run([sys.executable, str(SCRIPT), "--plan", "--out", str(out)], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
+    assert not out.exists()  # "run nothing": a plan writes no report (it once left a device_bench_<time>/ behind)
     total = float(next(ln for ln in p.stdout.splitlines() if "total: est." in ln).split("est.")[1].split()[0])
     start = float(next(ln for ln in p.stdout.splitlines() if "the device command: +" in ln).split("~")[1].split()[0])
     assert total + start <= 360  # ONE device command of about 6 minutes (issue 50), its start included
