@@ -230,7 +230,7 @@ def test_unwritable_output_dir(tmp_path):
     )
 
 
-# ---- the pre-check in-process (fedbench.cli.precheck: what `fedbench ...` runs before Hydra) -------------------------
+# ---- the pre-check in-process (fedbench.overrides.precheck: what `fedbench ...` runs before Hydra) -------------------
 def refused(capsys, *args) -> str:
     """The one line (exit 2) with which the pre-check refuses ``args``."""
     from fedbench.cli import precheck
