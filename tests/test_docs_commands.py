@@ -11,13 +11,14 @@ commands are checked, not run; a few representative ones run for real:
   first value); a job on generated data (digits, synthetic) is also set up (data, partition, model, algorithm, which
   checks the algorithm's options). The README's quick-start runs on digits (``RUN``) really run, in this process, with
   ``rounds=1 logger=none logger.pictures=false hardware.threads=1`` and a run/sweep dir under ``tmp_path`` (a sweep: its
-  first job). * ``fedbench-report``: runs on a real (digits, one job, one round) sweep made here — a placeholder
-  (``<sweep>``) or a sweep dir that only a paper-scale command would make stands for it; ``[...]`` parts are optional
-  and left out; ``--wandb`` becomes ``--no-wandb`` (W&B logging has its own tests in test_report.py). *
-  ``fedbench-tables``: runs as written (``--markdown`` writes under ``tmp_path``, never docs/tables.md). *
-  ``fedbench-claims``: its subcommand, paper and scale are checked here; what they do is tests/test_claims.py's. *
-  ``make <target>``: ``make -n`` (the target exists), then the recipe's ``fedbench`` line is pre-checked as above. *
-  ``torchrun ... -m fedbench <args>`` and ``srun ... fedbench <args>``: every launcher flag is one the launcher has
+  first job).
+* ``fedbench-report``: runs on a real (digits, one job, one round) sweep made here — a placeholder (``<sweep>``) or a
+  sweep dir that only a paper-scale command would make stands for it; ``[...]`` parts are optional and left out;
+  ``--wandb`` becomes ``--no-wandb`` (W&B logging has its own tests in test_report.py).
+* ``fedbench-tables``: runs as written (``--markdown`` writes under ``tmp_path``, never docs/tables.md).
+* ``fedbench-claims``: its subcommand, paper and scale are checked here; what they do is tests/test_claims.py's.
+* ``make <target>``: ``make -n`` (the target exists), then the recipe's ``fedbench`` line is pre-checked as above.
+* ``torchrun ... -m fedbench <args>`` and ``srun ... fedbench <args>``: every launcher flag is one the launcher has
   (torchrun's own ``--help``; srun's flags are not checked: there is no SLURM here), then ``fedbench <args>`` is
   pre-checked as above (tests/test_distributed.py runs torchrun for real).
 
