@@ -17,7 +17,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from . import hydra_cache
-from .confdir import CONF_DIR, CONFIG_DIRS, GROUPS, help_groups, options  # noqa: F401  (re-exported: fedbench.cli's public names)
+from .confdir import CONF_DIR, CONFIG_DIRS, GROUPS, experiments, help_groups, options  # noqa: F401  (re-exported: fedbench.cli's public names)
 from .config import dirname
 from .distributed import is_follower
 from .errors import ConfigError, Diverged, RunDirBusy, RunFailed
@@ -26,7 +26,6 @@ from .overrides import (  # noqa: F401  (EXTENSIONS, RUN_DIR_ROOM: re-exported, 
     RUN_DIR_ROOM,
     VALUED_FLAGS,
     check_config_files,
-    experiments,
     fail,
     precheck,
     searchpath,
